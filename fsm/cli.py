@@ -1,0 +1,97 @@
+"""`python -m fsm …`: run a scenario, replay a journal, play the built-in turns."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .journal import jsonable, write_journal
+from .runner import play_virtual, replay_difference
+from .scenario import ScenarioError, load_scenario, parse_scenario
+
+
+def _read_journal(path: Path) -> Any:
+    """A journal file: one JSON document, or JSON Lines."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    lines = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ScenarioError(f"{path}: line {number}: invalid JSON: {exc.msg}") from None
+    return lines
+
+
+def cmd_run_scenario(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    scenario = load_scenario(path)
+    played = play_virtual(scenario)
+    out = sys.stdout
+    for line in played.transitions:
+        out.write(json.dumps(line, ensure_ascii=False) + "\n")
+    out.write(json.dumps({"result": jsonable(played.result.as_dict())}, ensure_ascii=False)
+              + "\n")
+    if args.journal:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        write_journal(Path(args.journal), played.journal(raw))
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    diff = replay_difference(_read_journal(path), str(path))
+    if diff is None:
+        print(f"{path}: replay matches")
+        return 0
+    print(f"{path}: replay differs at {diff}")
+    return 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .demo import main as demo_main
+
+    return demo_main(Path(args.journals))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m fsm", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run-scenario", help="run a scenario; print its journal as JSON Lines")
+    p.add_argument("file")
+    p.add_argument("--journal", help="also write the full journal (scenario + transitions + "
+                                     "result) to this file, replayable with `replay`")
+    p.set_defaults(func=cmd_run_scenario)
+    p = sub.add_parser("replay", help="re-run a recorded journal and compare")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_replay)
+    p = sub.add_parser("run", help="the main job: the bot if configured, else built-in turns")
+    p.add_argument("--journals", default="journals", help="where journals are written")
+    p.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["main", "parse_scenario"]

@@ -1,0 +1,182 @@
+"""Turn journals: a turn's inputs (in scenario form) plus every transition and the result.
+
+A live turn records its inputs as they really arrive, so any production turn can be replayed
+offline (`python -m fsm replay`), compared, and drawn on the state diagram. Bulky binary
+media is recorded by size and digest only: a journal must stay small and carry no payloads
+a user did not see as text.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .config import TurnConfig
+from .stash import ContextStash
+from .stream_pass import PassRun
+from .tools import ToolRegistry
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-safe copy: bytes become a digest record, unknown objects their repr."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        if len(raw) <= 64:
+            return {"$bytes": base64.b64encode(raw).decode()}
+        return {"$bytes_sha256": hashlib.sha256(raw).hexdigest(), "length": len(raw)}
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+def _r(t: float) -> float:
+    return round(t, 6)
+
+
+class RecordingStash(ContextStash):
+    """A stash that remembers what tools put in it during a live turn, so the journal can
+    reproduce the items under stable names instead of unrepeatable random keys."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.names: dict[str, str] = {}
+        self.items: dict[str, dict[str, Any]] = {}
+        self._clock_origin: float | None = None
+
+    def start(self, origin: float) -> None:
+        self._clock_origin = origin
+
+    def put(self, item: Any) -> str:
+        key = super().put(item)
+        name = f"item{len(self.names) + 1}"
+        self.names[key] = name
+        record = jsonable(item) if isinstance(item, dict) else {"value": jsonable(item)}
+        if self._clock_origin is not None:
+            record["stash_at"] = _r(self._clock() - self._clock_origin)
+        self.items[name] = record
+        return key
+
+    def refs(self, value: Any) -> Any:
+        """`value` with every stash key replaced by its `$stash:NAME` reference."""
+        if isinstance(value, str) and value in self.names:
+            return f"$stash:{self.names[value]}"
+        if isinstance(value, dict):
+            return {k: self.refs(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.refs(v) for v in value]
+        return value
+
+
+class JournalRecorder:
+    """Records a live turn's inputs in scenario form."""
+
+    def __init__(self, name: str, config: TurnConfig, tools: ToolRegistry,
+                 stash: RecordingStash | None = None,
+                 history: list[dict[str, Any]] | None = None) -> None:
+        self.name = name
+        self.config = config
+        self.tools = tools
+        self.stash = stash
+        self.history = history or []
+        self.passes: list[list[dict[str, Any]]] = []
+        self.tool_outcomes: dict[str, list[dict[str, Any]]] = {}
+        self.events: list[dict[str, Any]] = []
+
+    def _steps(self, pass_no: int) -> list[dict[str, Any]]:
+        while len(self.passes) < pass_no:
+            self.passes.append([])
+        return self.passes[pass_no - 1]
+
+    def on_pass_start(self, pass_no: int) -> None:
+        self._steps(pass_no)
+
+    def on_text(self, pass_no: int, at: float, text: str, after_abort: bool) -> None:
+        steps = self._steps(pass_no)
+        if after_abort and steps and steps[-1].get("stall"):
+            steps[-1]["lands"] = steps[-1].get("lands", "") + text
+        else:
+            steps.append({"at": _r(at), "text": text})
+
+    def on_keepalive(self, pass_no: int, at: float) -> None:
+        self._steps(pass_no).append({"at": _r(at), "keepalive": True})
+
+    def on_end(self, pass_no: int, at: float, outcome: str, run: PassRun) -> None:
+        steps = self._steps(pass_no)
+        if outcome == "tool_call":
+            calls = [{"name": c.name, "args": jsonable(c.arguments), "truncated": c.truncated,
+                      **({"id": c.id} if c.id else {})} for c in run.tool_calls]
+            if len(calls) == 1:
+                steps.append({"at": _r(at), "tool_call": calls[0]})
+            else:
+                steps.append({"at": _r(at), "tool_calls": calls})
+        elif outcome == "provider_error" and run.error is not None:
+            steps.append({"at": _r(at), "error": run.error.message})
+        else:
+            steps.append({"at": _r(at), "end": "completed" if outcome == "completed" else "empty"})
+
+    def on_raise(self, pass_no: int, at: float, error: BaseException) -> None:
+        self._steps(pass_no).append({"at": _r(at), "raise": f"{type(error).__name__}: {error}"})
+
+    def on_stall(self, pass_no: int, settles_after: float) -> None:
+        """The pass went silent after its last step and was aborted; it settled
+        `settles_after` seconds after the abort."""
+        steps = self._steps(pass_no)
+        if steps and steps[-1].get("stall"):
+            return
+        last = steps[-1]["at"] if steps else 0.0
+        steps.append({"at": last, "stall": True, "settles_after": _r(settles_after)})
+
+    def on_tool(self, name: str, after: float, outcome: dict[str, Any]) -> None:
+        record = {"after": _r(after), **outcome}
+        if "data" in record:
+            data = self.stash.refs(record["data"]) if self.stash is not None else record["data"]
+            record["data"] = jsonable(data)
+        if record.get("hang"):
+            record = {"hang": True}
+        self.tool_outcomes.setdefault(name, []).append(record)
+
+    def on_event(self, at: float, event: dict[str, Any]) -> None:
+        self.events.append({"at": _r(at), **event})
+
+    def scenario(self) -> dict[str, Any]:
+        tools: dict[str, Any] = {}
+        for name, outcomes in self.tool_outcomes.items():
+            tool = self.tools.get(name)
+            guard = tool.guard if tool is not None else None
+            tools[name] = {"guard": guard, "outcomes": outcomes} if guard else outcomes
+        return {
+            "name": self.name,
+            "config": self.config.model_dump(),
+            "passes": self.passes,
+            "tools": tools,
+            "stash": self.stash.items if self.stash is not None else {},
+            "history": self.history,
+            "events": self.events,
+        }
+
+
+def transition_lines(transitions: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [dict(t) for t in transitions]
+
+
+def journal_document(scenario: dict[str, Any], transitions: list[dict[str, Any]],
+                     result: dict[str, Any]) -> dict[str, Any]:
+    """A recorded journal: the scenario fields that reproduce it, the transitions, the result."""
+    doc = {k: v for k, v in scenario.items() if k not in ("journal", "result", "expect")}
+    doc["journal"] = transition_lines(transitions)
+    doc["result"] = result
+    return doc
+
+
+def write_journal(path: Path, document: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(jsonable(document), ensure_ascii=False, indent=1) + "\n",
+                    encoding="utf-8")

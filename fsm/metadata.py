@@ -1,0 +1,144 @@
+"""The message-metadata reveal (R6): reactor look-ups within budgets, then annotation of the
+recent dialogue with ref handles, authors, sent times, reply references and reactors."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .channel import TurnChannel
+
+log = logging.getLogger(__name__)
+
+_DIRECTIVE_LOOKALIKE = re.compile(
+    r"\[(\s*(?:system|developer|assistant|engine|directive|tool|metadata|note)\s*:)",
+    re.IGNORECASE,
+)
+
+
+def neutralize(text: str) -> str:
+    """Stop user-controlled text from posing as an engine directive (`[System: …]`): the
+    bracket becomes a look-alike and line breaks in single-line fields are flattened."""
+    return _DIRECTIVE_LOOKALIKE.sub(lambda m: "\u27e6" + m.group(1), text)
+
+
+def _one_line(text: str) -> str:
+    return neutralize(" ".join(text.split()))
+
+
+@dataclass(frozen=True, slots=True)
+class LookupBudget:
+    """Bounds on reactor look-ups, each one a sequential REST call."""
+
+    per_turn: int
+    per_message: int
+    per_reaction: int
+
+
+@dataclass(slots=True)
+class RevealOutcome:
+    items: list[dict[str, Any]]
+    lookups: int
+    reactors: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+
+def _is_dialogue(item: dict[str, Any]) -> bool:
+    return item.get("type") == "dialogue" and isinstance(item.get("message_id"), str)
+
+
+async def fetch_reactors(
+    items: list[dict[str, Any]],
+    channel: TurnChannel,
+    budget: LookupBudget,
+    recent: int,
+) -> tuple[dict[tuple[str, str], list[str]], int]:
+    """Reactor names per (message id, emoji) for the recent dialogue that carries reactions."""
+    reactors: dict[tuple[str, str], list[str]] = {}
+    lookups = 0
+    dialogue = [item for item in items if _is_dialogue(item)][-recent:]
+    for item in dialogue:
+        per_message = 0
+        for reaction in item.get("reactions") or []:
+            if lookups >= budget.per_turn:
+                return reactors, lookups
+            if per_message >= budget.per_message:
+                break
+            emoji = reaction.get("emoji") if isinstance(reaction, dict) else None
+            if not isinstance(emoji, str):
+                continue
+            lookups += 1
+            per_message += 1
+            try:
+                names = await channel.fetch_reactors(item["message_id"], emoji,
+                                                     budget.per_reaction)
+            except Exception as exc:  # a failed look-up degrades to counts only
+                log.warning("reactor look-up failed for a message: %s", type(exc).__name__)
+                continue
+            reactors[(item["message_id"], emoji)] = [str(n) for n in names][: budget.per_reaction]
+    return reactors, lookups
+
+
+def annotate(
+    items: list[dict[str, Any]],
+    reactors: dict[tuple[str, str], list[str]],
+    recent: int,
+) -> list[dict[str, Any]]:
+    """Copies of `items` whose recent dialogue carries a `metadata` block and an annotated
+    text line; older items and non-dialogue items are returned unchanged."""
+    dialogue_positions = [i for i, item in enumerate(items) if _is_dialogue(item)][-recent:]
+    refs = {items[i]["message_id"]: f"ref_{n}" for n, i in enumerate(dialogue_positions, 1)}
+    out = list(items)
+    for position in dialogue_positions:
+        item = dict(items[position])
+        message_id = item["message_id"]
+        author = _one_line(str(item.get("author", "unknown")))
+        meta: dict[str, Any] = {
+            "ref": refs[message_id],
+            "message_id": message_id,
+            "author": author,
+            "author_id": str(item.get("author_id", "")),
+            "sent_at": str(item.get("sent_at", "")),
+        }
+        reply_to = item.get("reply_to")
+        if isinstance(reply_to, str):
+            meta["reply_to"] = refs.get(reply_to, reply_to)
+        reactions_meta = []
+        for reaction in item.get("reactions") or []:
+            if not isinstance(reaction, dict) or not isinstance(reaction.get("emoji"), str):
+                continue
+            emoji = reaction["emoji"]
+            entry: dict[str, Any] = {"emoji": emoji, "count": reaction.get("count", 0)}
+            names = reactors.get((message_id, emoji))
+            if names is not None:
+                entry["users"] = [_one_line(n) for n in names]
+            reactions_meta.append(entry)
+        if reactions_meta:
+            meta["reactions"] = reactions_meta
+        item["metadata"] = meta
+        item["content"] = neutralize(str(item.get("content", "")))
+        item["annotated_text"] = render_line(meta, item["content"])
+        out[position] = item
+    return out
+
+
+def render_line(meta: dict[str, Any], content: str) -> str:
+    """One dialogue line as the model reads it after the reveal."""
+    header = f"{meta['ref']} | {meta['author']} ({meta['author_id']}) at {meta['sent_at']}"
+    if "reply_to" in meta:
+        header += f" replying to {meta['reply_to']}"
+    reactions = meta.get("reactions") or []
+    if reactions:
+        shown = []
+        for reaction in reactions:
+            users = reaction.get("users")
+            who = f" by {', '.join(users)}" if users else ""
+            shown.append(f"{reaction['emoji']}x{reaction['count']}{who}")
+        header += " | reactions: " + "; ".join(shown)
+    return f"{header}\n{content}"
+
+
+def tail_directive(text: str) -> dict[str, Any]:
+    """The engine's own directive item: the only place `[System: …]` text is produced."""
+    return {"role": "user", "type": "directive", "parts": [{"type": "text", "text": text}]}

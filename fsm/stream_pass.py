@@ -1,0 +1,149 @@
+"""One provider pass's worker: consumes the adapter's stream, delivers text, and posts only
+the events the driver must act on (first token, end, crash, settle). Chunks after the first
+never go through the machine: they update a deadline float and the lock's touch time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .events import FirstToken, StreamCrashed, StreamEnded, StreamSettled
+from .provider import (
+    AbortSignal,
+    Finish,
+    KeepAlive,
+    PassRequest,
+    ProviderError,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallRequest,
+    Usage,
+)
+from .result import PassResult
+
+if TYPE_CHECKING:
+    from .turn import Turn
+
+
+@dataclass(eq=False, slots=True)
+class PassRun:
+    """The live state of one pass (the seed's streaming context)."""
+
+    no: int
+    request: PassRequest
+    abort: AbortSignal
+    started_at: float
+    deadline: float | None
+    on_progress: Callable[[float], None] | None = None
+    kill_handle: Callable[[str], None] | None = None
+    parts: list[str] = field(default_factory=list)
+    landed: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    tool_calls: list[ToolCallRequest] = field(default_factory=list)
+    usage: Usage | None = None
+    finish: str | None = None
+    error: ProviderError | None = None
+    got_token: bool = False
+    closed: bool = False
+    aborted_at: float | None = None
+    worker: asyncio.Task[None] | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def result(self, status: str, include_landed: bool) -> PassResult:
+        text = self.text + ("".join(self.landed) if include_landed else "")
+        return PassResult(
+            index=self.no,
+            status=status,  # type: ignore[arg-type]
+            text=text,
+            reasoning="".join(self.reasoning),
+            tool_calls=[call.name for call in self.tool_calls],
+            usage=self.usage.as_dict() if self.usage is not None else None,
+            finish_reason=self.finish,
+            error=self.error.as_dict() if self.error is not None else None,
+        )
+
+
+def _outcome(run: PassRun) -> str:
+    if run.error is not None:
+        return "provider_error"
+    if run.tool_calls:
+        return "tool_call"
+    if not run.parts:
+        return "empty"
+    return "completed"
+
+
+async def stream_worker(turn: Turn, run: PassRun) -> None:
+    """Drive the adapter's stream for `run`, posting events to `turn`'s mailbox."""
+    loop = asyncio.get_running_loop()
+    post = turn.mailbox.post
+    channel = turn.channel
+    recorder = turn.recorder
+    abort = run.abort
+    try:
+        with turn.locks.watchdog(turn.lock):
+            async for event in turn.provider.stream(run.request, abort):
+                kind = type(event)
+                if kind is TextDelta:
+                    text = event.text  # type: ignore[union-attr]
+                    if not text:
+                        continue
+                    now = loop.time()
+                    if abort.fired:
+                        run.landed.append(text)
+                    else:
+                        run.parts.append(text)
+                        progress = run.on_progress
+                        if progress is not None:
+                            progress(now)
+                        if not run.got_token:
+                            run.got_token = True
+                            post(FirstToken(run.no))
+                    if recorder is not None:
+                        recorder.on_text(run.no, now - run.started_at, text, abort.fired)
+                    await channel.deliver(text)
+                elif kind is KeepAlive:
+                    if recorder is not None:
+                        recorder.on_keepalive(run.no, loop.time() - run.started_at)
+                elif kind is ReasoningDelta:
+                    run.reasoning.append(event.text)  # type: ignore[union-attr]
+                elif kind is ToolCallRequest:
+                    run.tool_calls.append(event)  # type: ignore[arg-type]
+                elif kind is Usage:
+                    run.usage = event  # type: ignore[assignment]
+                elif kind is Finish:
+                    run.finish = event.reason  # type: ignore[union-attr]
+                elif kind is ProviderError:
+                    run.error = event  # type: ignore[assignment]
+                    break
+            if not abort.fired:
+                await channel.finish_pass()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        if abort.fired:
+            _settled(turn, run, loop.time())
+        else:
+            if recorder is not None:
+                recorder.on_raise(run.no, loop.time() - run.started_at, exc)
+            post(StreamCrashed(run.no, exc))
+        return
+    if abort.fired:
+        _settled(turn, run, loop.time())
+        return
+    outcome = _outcome(run)
+    if recorder is not None:
+        recorder.on_end(run.no, loop.time() - run.started_at, outcome, run)
+    post(StreamEnded(run.no, outcome, run.error))
+
+
+def _settled(turn: Turn, run: PassRun, now: float) -> None:
+    """The aborted stream has finished: whatever was on the wire has landed (S10)."""
+    if turn.recorder is not None and run.aborted_at is not None:
+        turn.recorder.on_stall(run.no, now - run.aborted_at)
+    turn.mailbox.post(StreamSettled(run.no))

@@ -1,0 +1,132 @@
+"""The turn's state machine, declared once as data.
+
+The runtime machine, the diagrams and the path tests are all built from this table. A row is
+one edge: its trigger, the states it leaves, the state it enters (None: an internal
+transition that stays put), the guards that must hold, and what its callbacks do. Rows of
+one trigger are tried in order; the first whose guards hold is taken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
+
+
+class State(str, Enum):
+    PREPARING = "Preparing"
+    AWAITING_FIRST_TOKEN = "AwaitingFirstToken"
+    STREAMING = "Streaming"
+    SETTLING = "Settling"
+    TOOL_CALL = "ToolCall"
+    CONTEXT_RESTART = "ContextRestart"
+    DONE = "Done"
+    TIMED_OUT = "TimedOut"
+    STOPPED = "Stopped"
+
+
+STATES: tuple[State, ...] = tuple(State)
+TERMINAL: frozenset[State] = frozenset({State.DONE, State.TIMED_OUT, State.STOPPED})
+NON_TERMINAL: tuple[State, ...] = tuple(s for s in STATES if s not in TERMINAL)
+STREAM_STATES: tuple[State, ...] = (State.AWAITING_FIRST_TOKEN, State.STREAMING)
+
+EdgeKind = Literal["flow", "timer", "kill", "worker", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    trigger: str
+    sources: tuple[State, ...]
+    dest: State | None
+    kind: EdgeKind
+    does: str
+    guards: tuple[str, ...] = ()
+    unless: tuple[str, ...] = ()
+
+
+def _edge(
+    trigger: str,
+    sources: State | tuple[State, ...],
+    dest: State | None,
+    kind: EdgeKind,
+    does: str,
+    guards: tuple[str, ...] = (),
+    unless: tuple[str, ...] = (),
+) -> Edge:
+    srcs = sources if isinstance(sources, tuple) else (sources,)
+    return Edge(trigger, srcs, dest, kind, does, guards, unless)
+
+
+P, A, S, ST = State.PREPARING, State.AWAITING_FIRST_TOKEN, State.STREAMING, State.SETTLING
+TC, CR = State.TOOL_CALL, State.CONTEXT_RESTART
+DONE, TIMED_OUT, STOPPED = State.DONE, State.TIMED_OUT, State.STOPPED
+
+TABLE: tuple[Edge, ...] = (
+    _edge("iteration_cap", P, DONE, "flow",
+          "post the max_iterations notice; status timeout (T1)"),
+    _edge("begin", P, A, "flow",
+          "fold the prefill, set the reply target, fresh abort and kill handle, arm the "
+          "first-token deadline, start the stream worker (S1-S4, S7)"),
+    _edge("first_token", A, S, "worker",
+          "switch the deadline to the rolling idle budget (S5)"),
+    _edge("first_token_timeout", A, STOPPED, "timer",
+          "a stop is pending: stop at once, no settle wait (S9)", guards=("stop_pending",)),
+    _edge("first_token_timeout", A, ST, "timer",
+          "abort the stream; wait for it to settle (S10)"),
+    _edge("idle_timeout", S, STOPPED, "timer",
+          "a stop is pending: stop at once, no settle wait (S9)", guards=("stop_pending",)),
+    _edge("idle_timeout", S, ST, "timer",
+          "abort the stream; wait for it to settle (S10)"),
+    _edge("settled", ST, TIMED_OUT, "worker",
+          "keep the landed text; metric and phase-aware notice or deferral (S10-S13)"),
+    _edge("settle_timeout", ST, TIMED_OUT, "timer",
+          "give up on the abandoned call; metric and notice or deferral (S10-S13)"),
+    _edge("completed", (A, S), DONE, "worker", "status completed"),
+    _edge("empty", (A, S), DONE, "worker", "status empty_response"),
+    _edge("provider_error", (A, S), DONE, "worker", "status error (S8)"),
+    _edge("tool_call", (A, S), TC, "worker",
+          "keep the pre-tool text for the history entry (T7); queue the calls"),
+    _edge("follow_up", (A, S), DONE, "flow",
+          "a follow-up interrupts the stream: status follow_up_interrupt (S17)",
+          guards=("follow_up_may_interrupt",)),
+    _edge("follow_up", (A, S, ST, TC, CR), None, "flow",
+          "keep the follow-up queued for after this turn (T3)"),
+    _edge("nameless_call", TC, DONE, "flow", "status error (T2)"),
+    _edge("tool_result", TC, DONE, "worker",
+          "post the tool_error_loop notice; status error (T6)", guards=("error_cap_reached",)),
+    _edge("tool_result", TC, None, "worker",
+          "record the outcome; run the next queued call", guards=("calls_pending",)),
+    _edge("tool_result", TC, P, "worker", "record the outcome; next pass"),
+    _edge("tool_timeout", TC, DONE, "timer",
+          "post the tool_error_loop notice; status error (T6)", guards=("error_cap_reached",)),
+    _edge("tool_timeout", TC, None, "timer",
+          "a failed result the model sees; run the next queued call (T5)",
+          guards=("calls_pending",)),
+    _edge("tool_timeout", TC, P, "timer", "a failed result the model sees; next pass (T5)"),
+    _edge("restart_requested", TC, CR, "worker",
+          "no ordinary history entry for the call (R1, R10)"),
+    _edge("restart", CR, P, "flow",
+          "apply the enrichment, set its disable flag, reset the tool-error counters, "
+          "advance the iteration (R2-R9)"),
+    _edge("kill", NON_TERMINAL, STOPPED, "kill",
+          "abort the pass and the tool; status stopped_by_user (S7, S16, T5)"),
+    _edge("crash", (P, A, S, TC, CR), DONE, "error",
+          "an unexpected exception: status error, cleanup still runs (S15)"),
+)
+
+CRASH_SOURCES: frozenset[str] = frozenset(
+    src.value for edge in TABLE if edge.trigger == "crash" for src in edge.sources
+)
+TRIGGERS: tuple[str, ...] = tuple(dict.fromkeys(edge.trigger for edge in TABLE))
+GUARDS: tuple[str, ...] = tuple(
+    dict.fromkeys(g for edge in TABLE for g in (*edge.guards, *edge.unless))
+)
+
+
+def edge_keys() -> set[tuple[str, str, str]]:
+    """Every (trigger, source, dest) edge of the table; internal edges have dest == source."""
+    return {
+        (edge.trigger, src.value, (edge.dest or src).value)
+        for edge in TABLE
+        for src in edge.sources
+    }

@@ -1,0 +1,163 @@
+"""The tool contract and registry.
+
+A tool declares its arguments as a pydantic model (bad arguments become a failed result the
+model sees, never a crash), the enrichment it performs if any (its disable flag guards it,
+R8), and an async `run` that receives a `ToolContext`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .channel import TurnChannel
+from .flags import EnrichmentKind, TurnFlags
+from .provider import AbortSignal
+from .stash import ContextStash
+
+NOT_AVAILABLE = "not available for the current turn"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool returns. `data` is only meaningful on success."""
+
+    success: bool
+    data: Any = None
+    error: str | None = None
+
+    @classmethod
+    def ok(cls, data: Any = None) -> ToolResult:
+        return cls(success=True, data=data)
+
+    @classmethod
+    def fail(cls, error: str) -> ToolResult:
+        return cls(success=False, error=error)
+
+    def for_model(self) -> dict[str, Any]:
+        """The shape the model sees in the function history."""
+        if self.success:
+            return {"success": True, "data": self.data}
+        return {"success": False, "error": self.error}
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What a running tool may use: the channel, the turn's flags, the abort, the stash."""
+
+    channel: TurnChannel
+    flags: TurnFlags
+    abort: AbortSignal
+    stash: ContextStash
+    turn_id: str
+    context_items: list[dict[str, Any]] = field(default_factory=list)
+
+
+ArgsT = TypeVar("ArgsT", bound=BaseModel)
+
+
+class AnyArgs(BaseModel):
+    """Arguments of a tool that accepts whatever object the model sends."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Tool(Protocol):
+    """A tool the model may call."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def args_model(self) -> type[BaseModel]: ...
+
+    @property
+    def guard(self) -> EnrichmentKind | None: ...
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionTool(Generic[ArgsT]):
+    """A tool made from an async function and its arguments model."""
+
+    name: str
+    description: str
+    args_model: type[ArgsT]
+    func: Callable[[ArgsT, ToolContext], Awaitable[ToolResult]]
+    guard: EnrichmentKind | None = None
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        if not isinstance(args, self.args_model):
+            raise TypeError(f"{self.name}: arguments are {type(args).__name__}")
+        return await self.func(args, ctx)
+
+
+def schema_of(tool: Tool) -> dict[str, Any]:
+    """The provider-neutral declaration of a tool: name, description, JSON schema."""
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.args_model.model_json_schema(),
+    }
+
+
+class ToolRegistry:
+    """The tools of a bot, their availability per turn, and a bounded log of results."""
+
+    def __init__(self, tools: Iterable[Tool] = (), recent_results: int = 1000) -> None:
+        self._tools: dict[str, Tool] = {}
+        self.recent: deque[tuple[str, ToolResult]] = deque(maxlen=recent_results)
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is registered twice")
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def available(self, flags: TurnFlags) -> list[Tool]:
+        """The tools offered to the model this pass: guarded enrichments drop out once used."""
+        return [
+            tool
+            for tool in self._tools.values()
+            if tool.guard is None or not flags.is_disabled(tool.guard)
+        ]
+
+    def refusal(self, name: str, flags: TurnFlags) -> str | None:
+        """Why a call cannot run now, or None when it may (execution-time guard, R8)."""
+        tool = self._tools.get(name)
+        if tool is None:
+            return "unknown tool"
+        if tool.guard is not None and flags.is_disabled(tool.guard):
+            return f"{name} is {NOT_AVAILABLE}"
+        return None
+
+    def parse_args(self, tool: Tool, arguments: Any) -> BaseModel | str:
+        """Validated arguments, or a message the model can act on."""
+        if not isinstance(arguments, dict):
+            return f"invalid arguments for {tool.name}: expected an object"
+        try:
+            return tool.args_model.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            return f"invalid arguments for {tool.name}: {problems}"
+
+    def remember(self, name: str, result: ToolResult) -> None:
+        self.recent.append((name, result))

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The test suite, on a fresh machine too: installs what it needs, then runs pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec .venv/bin/python -m pytest "$@"
