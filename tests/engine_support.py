@@ -1,0 +1,40 @@
+"""Helpers for the engine's tests: scenario files, paths, and the session-wide record of
+which declared edges the tests took (see test_machine.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+OWN_SCENARIOS = ROOT / "tests" / "scenarios"
+SHARED_SCENARIOS = SHARED / "scenarios"
+
+TAKEN_EDGES: set[tuple[str, str, str]] = set()
+
+
+def scenario_files() -> list[Path]:
+    files = sorted(OWN_SCENARIOS.glob("*.json"))
+    if SHARED_SCENARIOS.is_dir():
+        files += sorted(SHARED_SCENARIOS.glob("*.json"))
+    return files
+
+
+def path_of(transitions: list[dict[str, Any]]) -> tuple[list[str], list[float]]:
+    """The states visited (starting with Preparing) and the time of each entry."""
+    states = ["Preparing"]
+    times = [0.0]
+    for line in transitions:
+        if line["from"] == line["to"]:
+            continue
+        states.append(line["to"])
+        times.append(line["t"])
+    return states, times
+
+
+def load_raw(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
