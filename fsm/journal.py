@@ -89,6 +89,7 @@ class JournalRecorder:
         self.passes: list[list[dict[str, Any]]] = []
         self.tool_outcomes: dict[str, list[dict[str, Any]]] = {}
         self.events: list[dict[str, Any]] = []
+        self._landed: dict[int, str] = {}
 
     def _steps(self, pass_no: int) -> list[dict[str, Any]]:
         while len(self.passes) < pass_no:
@@ -99,11 +100,10 @@ class JournalRecorder:
         self._steps(pass_no)
 
     def on_text(self, pass_no: int, at: float, text: str, after_abort: bool) -> None:
-        steps = self._steps(pass_no)
-        if after_abort and steps and steps[-1].get("stall"):
-            steps[-1]["lands"] = steps[-1].get("lands", "") + text
+        if after_abort:
+            self._landed[pass_no] = self._landed.get(pass_no, "") + text
         else:
-            steps.append({"at": _r(at), "text": text})
+            self._steps(pass_no).append({"at": _r(at), "text": text})
 
     def on_keepalive(self, pass_no: int, at: float) -> None:
         self._steps(pass_no).append({"at": _r(at), "keepalive": True})
@@ -132,7 +132,11 @@ class JournalRecorder:
         if steps and steps[-1].get("stall"):
             return
         last = steps[-1]["at"] if steps else 0.0
-        steps.append({"at": last, "stall": True, "settles_after": _r(settles_after)})
+        stall: dict[str, Any] = {"at": last, "stall": True, "settles_after": _r(settles_after)}
+        landed = self._landed.pop(pass_no, "")
+        if landed:
+            stall["lands"] = landed
+        steps.append(stall)
 
     def on_tool(self, name: str, after: float, outcome: dict[str, Any]) -> None:
         record = {"after": _r(after), **outcome}
