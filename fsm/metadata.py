@@ -98,8 +98,8 @@ def annotate(
             "ref": refs[message_id],
             "message_id": message_id,
             "author": author,
-            "author_id": str(item.get("author_id", "")),
-            "sent_at": str(item.get("sent_at", "")),
+            "author_id": _one_line(str(item.get("author_id", ""))),
+            "sent_at": _one_line(str(item.get("sent_at", ""))),
         }
         reply_to = item.get("reply_to")
         if isinstance(reply_to, str):

@@ -100,10 +100,10 @@ class Turn:
         self.channel = channel
         self.locks = locks
         self.lock = lock
-        self.request = request or TurnRequest()
-        self.tools = tools or ToolRegistry()
-        self.config = config or TurnConfig()
-        self.stash = stash or ContextStash(
+        self.request = request if request is not None else TurnRequest()
+        self.tools = tools if tools is not None else ToolRegistry()
+        self.config = config if config is not None else TurnConfig()
+        self.stash = stash if stash is not None else ContextStash(
             ttl_s=self.config.stash_ttl_s, max_items=self.config.stash_max_items,
             max_bytes=self.config.stash_max_bytes,
         )

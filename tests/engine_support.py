@@ -38,3 +38,24 @@ def load_raw(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text(encoding="utf-8"))
     assert isinstance(data, dict)
     return data
+
+
+def check_invariants(played: Any) -> None:
+    """After every turn: one terminal state, nothing left running, lock and handles clear."""
+    from fsm.table import TERMINAL
+
+    turn = played.turn
+    terminal = {s.value for s in TERMINAL}
+    assert turn.state in terminal
+    entries = [line for line in played.transitions if line["to"] in terminal]
+    assert len(entries) == 1 and played.transitions[-1] is entries[0] or \
+        played.transitions[-1] == entries[0]
+    run = turn._run
+    if run is not None:
+        assert run.worker is None or run.worker.done()
+        assert run.on_progress is None and run.deadline is None and run.kill_handle is None
+    assert turn._tool_task is None and turn._tool_deadline is None
+    assert turn._restart_task is None or turn._restart_task.done()
+    lock = turn.lock
+    assert lock.stream_kill is None and lock.turn_kill is None
+    assert lock.released and len(played.locks) == 0

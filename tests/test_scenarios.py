@@ -11,7 +11,7 @@ import pytest
 from fsm.runner import play_virtual
 from fsm.scenario import load_scenario
 
-from engine_support import load_raw, path_of, scenario_files
+from engine_support import check_invariants, load_raw, path_of, scenario_files
 
 
 def _subset_mismatch(expected: Any, actual: Any, where: str = "result") -> str | None:
@@ -45,3 +45,4 @@ def test_scenario_meets_its_expectations(path: Path) -> None:
     problem = _subset_mismatch(expect.get("result", {}), played.result.as_dict())
     assert problem is None, f"{path.name}: {problem}"
     assert played.result.state == states[-1]
+    check_invariants(played)

@@ -1,0 +1,237 @@
+"""One provider pass (SPEC S1-S17) beyond what the scenario files show: request building,
+abort handles, the lock watchdog, kill routing and cleanup. All in virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from fsm.config import TurnConfig
+from fsm.locks import ChannelLockRegistry
+from fsm.prefill import TurnRequest
+from fsm.provider import AbortSignal, HistoryEntry, PassRequest, ProviderEvent, TextDelta
+from fsm.runner import play
+from fsm.scenario import Step, parse_scenario
+from fsm.scripted import InMemoryChannel, ScriptedProvider
+from fsm.turn import Turn
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+
+def _turn(provider: Any, request: TurnRequest | None = None,
+          locks: ChannelLockRegistry | None = None, **config: Any) -> Turn:
+    registry = locks if locks is not None else ChannelLockRegistry()
+    lock = registry.try_acquire("c1", "test")
+    assert lock is not None
+    return Turn(provider=provider, channel=InMemoryChannel(), locks=registry, lock=lock,
+                request=request, config=TurnConfig(**config))
+
+
+class ProbeProvider:
+    """Streams a few chunks on the loop clock and notes what the engine handed it."""
+
+    name = "probe"
+
+    def __init__(self, chunks: list[tuple[float, str]], hang: bool = False) -> None:
+        self.chunks = chunks
+        self.hang = hang
+        self.requests: list[PassRequest] = []
+        self.aborts: list[AbortSignal] = []
+        self.closed_at: float | None = None
+
+    def stream(self, request: PassRequest, abort: AbortSignal) -> Any:
+        self.requests.append(request)
+        self.aborts.append(abort)
+        abort.add_callback(self._on_abort)
+        return self._gen(abort)
+
+    def _on_abort(self) -> None:
+        self.closed_at = asyncio.get_running_loop().time()
+
+    async def _gen(self, abort: AbortSignal) -> Any:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for at, text in self.chunks:
+            await asyncio.sleep(max(0.0, start + at - loop.time()))
+            if abort.fired:
+                return
+            yield TextDelta(text)
+        if self.hang:
+            await abort.wait()
+
+
+async def test_prefill_is_last_and_notices_precede_it() -> None:
+    # covers S1
+    history = [HistoryEntry(tool_name="lookup", arguments={}, result={"success": True},
+                            pre_tool_text="Looking.")]
+    request = TurnRequest(prefill="Continuing: ", request_notices=["[System: lookup done]"],
+                          function_history=history)
+    provider = ProbeProvider([(1, "x")])
+    await _turn(provider, request).run()
+    tail = provider.requests[0].tail
+    assert [item["kind"] for item in tail] == ["tool_history", "notice", "prefill"]
+    assert tail[-1]["content"] == "Continuing: "
+
+
+async def test_queued_turn_replies_to_trigger_scene_turn_does_not() -> None:
+    # covers S2
+    queued = ProbeProvider([(1, "x")])
+    await _turn(queued, TurnRequest(trigger_message_id="m9", queued=True)).run()
+    assert queued.requests[0].reply_to_message_id == "m9"
+    scene = ProbeProvider([(1, "x")])
+    await _turn(scene, TurnRequest(trigger_message_id="m9", queued=True,
+                                   scene_turn=True)).run()
+    assert scene.requests[0].reply_to_message_id is None
+
+
+async def test_each_pass_gets_a_fresh_abort_that_fires_on_timeout() -> None:
+    # covers S3, S10
+    provider = ProbeProvider([(1, "a")], hang=True)
+    turn = _turn(provider, idle_timeout_s=20)
+    result = await turn.run()
+    assert result.status == "timeout"
+    assert len(provider.aborts) == 1 and provider.aborts[0].fired
+    assert provider.closed_at == pytest.approx(21.0)
+
+
+async def test_kill_handle_registered_per_pass_and_aborts_http_at_once() -> None:
+    # covers S7, S14
+    provider = ProbeProvider([(1, "a")], hang=True)
+    locks = ChannelLockRegistry()
+    turn = _turn(provider, locks=locks)
+    task = asyncio.create_task(turn.run())
+    await asyncio.sleep(5)
+    lock = locks.get("c1")
+    assert lock is not None and lock.stream_kill is not None
+    assert locks.request_stop("c1")
+    assert provider.aborts[0].fired  # the HTTP request is aborted synchronously
+    result = await task
+    assert result.status == "stopped_by_user"
+    assert asyncio.get_running_loop().time() == pytest.approx(5.0)
+    assert lock.stream_kill is None and lock.turn_kill is None
+
+
+async def test_lock_exempt_from_stale_release_while_pass_runs() -> None:
+    # covers S6, S5
+    provider = ProbeProvider([(1, "a"), (100, "b"), (199, "c")], hang=True)
+    locks = ChannelLockRegistry(stale_age_s=180)
+    turn = _turn(provider, locks=locks, idle_timeout_s=120)
+    task = asyncio.create_task(turn.run())
+    await asyncio.sleep(250)
+    assert locks.release_stale() == []  # a long healthy generation is not stale
+    lock = locks.get("c1")
+    assert lock is not None and lock.last_touch == pytest.approx(199.0)
+    await task
+
+
+async def test_stale_lock_released_when_no_pass_runs() -> None:
+    # covers S6
+    locks = ChannelLockRegistry(stale_age_s=180)
+    lock = locks.try_acquire("c2", "stuck")
+    assert lock is not None
+    await asyncio.sleep(179)
+    assert locks.release_stale() == []
+    await asyncio.sleep(1)
+    assert locks.release_stale() == [lock] and "c2" not in locks
+
+
+async def test_timer_firing_with_stop_pending_stops_without_settling() -> None:
+    # covers S9
+    provider = ProbeProvider([(1, "a")], hang=True)
+    locks = ChannelLockRegistry()
+    turn = _turn(provider, locks=locks, idle_timeout_s=30)
+    task = asyncio.create_task(turn.run())
+    await asyncio.sleep(10)
+    lock = locks.get("c1")
+    assert lock is not None
+    lock.stop_requested = True  # requested, its kill not yet delivered when the timer fires
+    result = await task
+    assert result.status == "stopped_by_user" and result.notices == []
+    assert [t["event"] for t in turn.transitions][-1] == "idle_timeout"
+    assert turn.transitions[-1]["to"] == "Stopped"
+    assert turn.transitions[-1]["t"] == pytest.approx(31.0)
+
+
+async def test_stop_requested_before_the_turn_starts() -> None:
+    # covers S16, D3
+    locks = ChannelLockRegistry()
+    turn = _turn(ProbeProvider([(1, "a")]), locks=locks)
+    locks.request_stop("c1")
+    result = await turn.run()
+    assert result.status == "stopped_by_user" and result.passes == []
+    assert turn.transitions == [{"t": 0.0, "event": "kill", "from": "Preparing",
+                                 "to": "Stopped"}]
+
+
+async def test_budgets_are_clamped_to_their_floors() -> None:
+    # covers S4, S5
+    config = TurnConfig(idle_timeout_s=2, first_token_timeout_s=5)
+    assert config.idle_timeout_s == 10 and config.first_token_timeout_s == 10
+    config = TurnConfig(idle_timeout_s=60, first_token_timeout_s=30)
+    assert config.first_token_timeout_s == 60
+
+
+async def test_unexpected_exception_ends_turn_error_and_cleans_up() -> None:
+    # covers S15, S14
+    scenario = parse_scenario({"passes": [[{"at": 1, "text": "x"},
+                                            {"at": 2, "raise": "boom"}]]})
+    played = await play(scenario)
+    assert played.result.status == "error" and "boom" in (played.result.error or "")
+    assert played.turn._run is not None and played.turn._run.on_progress is None
+    assert played.turn._run.worker is not None and played.turn._run.worker.done()
+
+
+async def test_timeout_returns_settled_text_usage_and_metric() -> None:
+    # covers S11, S13
+    scenario = parse_scenario({"passes": [[{"at": 1, "text": "Hel"},
+                                            {"at": 2, "stall": True, "settles_after": 1,
+                                             "lands": "lo"}]]})
+    played = await play(scenario)
+    last = played.result.passes[-1]
+    assert last.status == "timeout" and last.text == "Hello"
+    assert played.result.metrics == [{"name": "stream_sdk_timeout", "phase": "idle"}]
+
+
+async def test_chunks_after_the_first_bypass_the_machine() -> None:
+    # covers S5 (only the first chunk is a transition)
+    chunks = [(i * 0.01, "x") for i in range(1, 500)]
+    turn = _turn(ProbeProvider(chunks), idle_timeout_s=10)
+    result = await turn.run()
+    assert result.text == "x" * 499
+    assert [t["event"] for t in turn.transitions] == ["begin", "first_token", "completed"]
+
+
+async def test_empty_provider_stream_is_empty_response() -> None:
+    # covers S8
+    class Silent:
+        name = "silent"
+
+        async def _gen(self) -> Any:
+            if False:
+                yield TextDelta("")
+
+        def stream(self, request: PassRequest, abort: AbortSignal) -> Any:
+            events: Any = self._gen()
+            return events
+
+    result = await _turn(Silent()).run()
+    assert result.status == "empty_response"
+
+
+async def test_scripted_provider_honours_abort_mid_wait() -> None:
+    # covers S3 (the scripted adapter obeys the same contract)
+    provider = ScriptedProvider([[Step.model_validate({"at": 50, "text": "late"})]])
+    abort = AbortSignal()
+    events: list[ProviderEvent] = []
+
+    async def consume() -> None:
+        async for event in provider.stream(PassRequest([], []), abort):
+            events.append(event)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(1)
+    abort.fire()
+    await task
+    assert events == [] and asyncio.get_running_loop().time() == pytest.approx(1.0)
