@@ -27,7 +27,7 @@ from .machine import shared_machine
 from .mailbox import Mailbox
 from .metadata import LookupBudget, annotate, fetch_reactors, tail_directive
 from .prefill import TurnRequest, build_pass_request
-from .provider import AbortSignal, HistoryEntry, Provider, ToolCallRequest
+from .provider import AbortSignal, HistoryEntry, PassRequest, Provider, ToolCallRequest
 from .restart import METADATA_TAIL_DIRECTIVE, RestartRequest, parse_restart, resolve_item
 from .result import PassResult, TurnResult, TurnStatus
 from .stash import ContextStash
@@ -127,6 +127,7 @@ class Turn:
         self.follow_up_queued = False
         self.stop_requested = False
         self.transitions: list[dict[str, Any]] = []
+        self.internal_transitions: list[dict[str, Any]] = []
         self.state = State.PREPARING.value
 
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -240,7 +241,7 @@ class Turn:
             elif len(self._passes) >= self.config.max_iterations:
                 await self._fire("iteration_cap")
             else:
-                await self._fire("begin")
+                await self._fire("begin", self._prepare_request())
             return
         if state == State.TOOL_CALL.value and self._current_call is None:
             await self._dispatch_next_call()
@@ -283,10 +284,21 @@ class Turn:
         source = self.state
         self._event_time = at
         machine = shared_machine()
-        taken = bool(await machine.events[trigger].trigger(self, payload))
+        try:
+            taken = bool(await machine.events[trigger].trigger(self, payload))
+        except Exception:
+            if self.state != source:  # a callback failed after the state changed
+                t = (at if at is not None else self._now()) - self._t0
+                self._record(t, trigger, source, self.state)
+            raise
         dest = self.state
-        if taken and dest != source:
-            t = (at if at is not None else self._now()) - self._t0
+        if not taken:
+            return False
+        t = (at if at is not None else self._now()) - self._t0
+        if dest == source:
+            self.internal_transitions.append({"t": round(t, 6), "event": trigger,
+                                              "state": source})
+        else:
             self._record(t, trigger, source, dest)
             if source in _PASS_STATES and dest not in _PASS_STATES:
                 self._end_pass()
@@ -381,13 +393,19 @@ class Turn:
         self.status = "timeout"
         self._outbox.append(Notice.of("max_iterations"))
 
-    def on_begin(self, _payload: Any = None) -> None:
-        """Build the pass request and start the stream under its own abort and kill (S1-S7)."""
-        now = self._now()
-        pass_no = len(self._passes) + 1
+    def _prepare_request(self) -> PassRequest:
+        """Preparing's work: the next pass's request, with the tools the flags allow (S1,
+        S2, R8). Done before `begin` so a failure here is a crash from Preparing."""
         tools = [schema_of(tool) for tool in self.tools.available(self.flags)]
-        request = build_pass_request(self.request, self.context_items, self.function_history,
-                                     tools, pass_no)
+        return build_pass_request(self.request, self.context_items, self.function_history,
+                                  tools, len(self._passes) + 1)
+
+    def on_begin(self, payload: Any = None) -> None:
+        """Start the stream under its own abort and kill handle (S3, S4, S7)."""
+        assert isinstance(payload, PassRequest)
+        request = payload
+        now = self._now()
+        pass_no = request.pass_index
         run = PassRun(no=pass_no, request=request, abort=AbortSignal(), started_at=now,
                       deadline=now + self.config.first_token_timeout_s)
         run.on_progress = partial(self._progress, run)

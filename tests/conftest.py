@@ -8,20 +8,22 @@ import pytest
 from engine_support import TAKEN_EDGES
 
 from fsm import turn as turn_module
+from fsm.result import TurnResult
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _record_taken_edges() -> Iterator[None]:
-    """Every transition any turn takes during the session is noted for the coverage test."""
-    original = turn_module.Turn._record
+    """Every edge any turn takes during the session is noted for the coverage test."""
+    original = turn_module.Turn.run
 
-    def recording(self: turn_module.Turn, t: float, trigger: str, source: str,
-                  dest: str) -> None:
-        TAKEN_EDGES.add((trigger, source, dest))
-        original(self, t, trigger, source, dest)
+    async def recording_run(self: turn_module.Turn) -> TurnResult:
+        try:
+            return await original(self)
+        finally:
+            TAKEN_EDGES.update((t["event"], t["from"], t["to"]) for t in self.transitions)
+            TAKEN_EDGES.update((t["event"], t["state"], t["state"])
+                               for t in self.internal_transitions)
 
-    turn_module.Turn._record = recording  # type: ignore[method-assign]
+    turn_module.Turn.run = recording_run  # type: ignore[method-assign]
     yield
-    turn_module.Turn._record = original  # type: ignore[method-assign]
-
-
+    turn_module.Turn.run = original  # type: ignore[method-assign]
