@@ -5,6 +5,7 @@ printed as it happens, each turn recorded as a live journal and replayable."""
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -125,7 +126,7 @@ def main(journal_dir: Path, out: TextIO = sys.stdout) -> int:
     for number, raw in enumerate(BUILT_IN, 1):
         scenario = parse_scenario(raw, f"built-in turn {raw['name']}")
         out.write(f"▶ {number}. {raw['title']}\n")
-        document = run_virtual(lambda: play_live(scenario, printer))
+        document = run_virtual(partial(play_live, scenario, printer))
         result = document["result"]
         mark = _MARK.get(result["state"], "?") if result["state"] in {
             s.value for s in TERMINAL} else "?"

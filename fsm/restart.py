@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -45,7 +45,10 @@ class RestartRequest:
 
     @property
     def enrichment(self) -> EnrichmentKind | None:
-        return cast(EnrichmentKind, self.kind) if self.kind in ENRICHMENT_KINDS else None
+        for kind in ENRICHMENT_KINDS:
+            if kind == self.kind:
+                return kind
+        return None
 
 
 def parse_restart(tool_name: str, data: Any) -> RestartRequest | None:

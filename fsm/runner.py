@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -151,24 +152,23 @@ def first_difference(expected: Any, actual: Any, where: str = "") -> str | None:
                 return diff
         return None
     if isinstance(expected, list) and isinstance(actual, list):
-        for index, (a, b) in enumerate(zip(expected, actual)):
+        for index, (a, b) in enumerate(zip(expected, actual, strict=False)):
             diff = first_difference(a, b, f"{where}[{index}]")
             if diff:
                 return diff
         if len(expected) != len(actual):
             return (f"{where}: recorded {len(expected)} entries, replay has {len(actual)}")
         return None
-    if isinstance(expected, float) or isinstance(actual, float):
-        if isinstance(expected, (int, float)) and isinstance(actual, (int, float)) \
-                and abs(expected - actual) <= 1e-6:
-            return None
+    numbers = (int, float)
+    if isinstance(expected, numbers) and isinstance(actual, numbers) \
+            and not isinstance(expected, bool) and abs(expected - actual) <= 1e-6:
+        return None
     if expected != actual:
         return f"{where or 'value'}: recorded {_show(expected)}, replay has {_show(actual)}"
     return None
 
 
 def _show(value: Any) -> str:
-    import json
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 120 else text[:117] + "..."
 

@@ -9,11 +9,11 @@ one trigger are tried in order; the first whose guards hold is taken.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Literal
 
 
-class State(str, Enum):
+class State(StrEnum):
     PREPARING = "Preparing"
     AWAITING_FIRST_TOKEN = "AwaitingFirstToken"
     STREAMING = "Streaming"

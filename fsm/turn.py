@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from . import events as ev
-from .channel import Notice, TurnChannel
+from .channel import Notice, NoticeKind, TurnChannel
 from .config import TurnConfig
 from .flags import TurnFlags
 from .locks import ChannelLock, ChannelLockRegistry
@@ -457,7 +457,7 @@ class Turn:
         """Metric, then the phase-aware notice, posted or deferred (S11-S13)."""
         phase = self._timeout_phase
         self.metrics.append({"name": "stream_sdk_timeout", "phase": phase})
-        kind = "timeout_first_token" if phase == "first_token" else "timeout_idle"
+        kind: NoticeKind = "timeout_first_token" if phase == "first_token" else "timeout_idle"
         if self.config.surface_user_errors:
             if self.config.fallback_pending:
                 self.deferred_notice = kind
@@ -748,7 +748,7 @@ class Turn:
                 task.cancel()
         pending = [t for t in tasks if not t.done()]
         if pending:
-            done, still = await asyncio.wait(pending, timeout=self.config.settle_timeout_s or 1.0)
+            _, still = await asyncio.wait(pending, timeout=self.config.settle_timeout_s or 1.0)
             for task in still:
                 log.warning("turn %s: worker %s ignores cancellation; abandoned",
                             self.turn_id, task.get_name())

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from engine_support import TAKEN_EDGES
 
 from fsm import turn as turn_module
 from fsm.result import TurnResult
+
+from engine_support import TAKEN_EDGES
 
 
 @pytest.fixture(autouse=True, scope="session")

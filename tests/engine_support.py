@@ -48,7 +48,7 @@ def check_invariants(played: Any) -> None:
     terminal = {s.value for s in TERMINAL}
     assert turn.state in terminal
     entries = [line for line in played.transitions if line["to"] in terminal]
-    assert len(entries) == 1 and played.transitions[-1] is entries[0] or \
+    assert (len(entries) == 1 and played.transitions[-1] is entries[0]) or \
         played.transitions[-1] == entries[0]
     run = turn._run
     if run is not None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from engine_support import ROOT, SHARED_SCENARIOS
 
 E03 = SHARED_SCENARIOS / "e03_idle_timeout_after_text.json"

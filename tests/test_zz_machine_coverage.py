@@ -4,11 +4,12 @@ runtime machine has exactly the table's states and edges. This module runs last.
 from __future__ import annotations
 
 import pytest
-from engine_support import TAKEN_EDGES
 
 from fsm.machine import CALLBACK_BY_TRIGGER, shared_machine
 from fsm.table import STATES, TABLE, TERMINAL, TRIGGERS, edge_keys
 from fsm.turn import Turn
+
+from engine_support import TAKEN_EDGES
 
 
 def test_runtime_machine_is_built_from_the_table() -> None:
