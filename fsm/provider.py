@@ -22,7 +22,7 @@ class AbortSignal:
     connection at once instead of waiting for its next read to notice.
     """
 
-    __slots__ = ("_fired", "_reason", "_callbacks", "_waiter")
+    __slots__ = ("_callbacks", "_fired", "_reason", "_waiter")
 
     def __init__(self) -> None:
         self._fired = False

@@ -21,7 +21,7 @@ from .provider import (
     ToolCallRequest,
     Usage,
 )
-from .result import PassResult
+from .result import PassResult, TurnStatus
 
 if TYPE_CHECKING:
     from .turn import Turn
@@ -54,11 +54,11 @@ class PassRun:
     def text(self) -> str:
         return "".join(self.parts)
 
-    def result(self, status: str, include_landed: bool) -> PassResult:
+    def result(self, status: TurnStatus, include_landed: bool) -> PassResult:
         text = self.text + ("".join(self.landed) if include_landed else "")
         return PassResult(
             index=self.no,
-            status=status,  # type: ignore[arg-type]
+            status=status,
             text=text,
             reasoning="".join(self.reasoning),
             tool_calls=[call.name for call in self.tool_calls],
@@ -88,9 +88,8 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
     try:
         with turn.locks.watchdog(turn.lock):
             async for event in turn.provider.stream(run.request, abort):
-                kind = type(event)
-                if kind is TextDelta:
-                    text = event.text  # type: ignore[union-attr]
+                if isinstance(event, TextDelta):
+                    text = event.text
                     if not text:
                         continue
                     now = loop.time()
@@ -107,19 +106,19 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
                     if recorder is not None:
                         recorder.on_text(run.no, now - run.started_at, text, abort.fired)
                     await channel.deliver(text)
-                elif kind is KeepAlive:
+                elif isinstance(event, KeepAlive):
                     if recorder is not None:
                         recorder.on_keepalive(run.no, loop.time() - run.started_at)
-                elif kind is ReasoningDelta:
-                    run.reasoning.append(event.text)  # type: ignore[union-attr]
-                elif kind is ToolCallRequest:
-                    run.tool_calls.append(event)  # type: ignore[arg-type]
-                elif kind is Usage:
-                    run.usage = event  # type: ignore[assignment]
-                elif kind is Finish:
-                    run.finish = event.reason  # type: ignore[union-attr]
-                elif kind is ProviderError:
-                    run.error = event  # type: ignore[assignment]
+                elif isinstance(event, ReasoningDelta):
+                    run.reasoning.append(event.text)
+                elif isinstance(event, ToolCallRequest):
+                    run.tool_calls.append(event)
+                elif isinstance(event, Usage):
+                    run.usage = event
+                elif isinstance(event, Finish):
+                    run.finish = event.reason
+                elif isinstance(event, ProviderError):
+                    run.error = event
                     break
             if not abort.fired:
                 await channel.finish_pass()

@@ -42,6 +42,9 @@ _PASS_STATES = frozenset({State.AWAITING_FIRST_TOKEN.value, State.STREAMING.valu
                           State.SETTLING.value})
 _STREAM_STATES = frozenset(s.value for s in STREAM_STATES)
 _turn_ids = itertools.count(1)
+_STATUS_BY_OUTCOME: dict[str, TurnStatus] = {
+    "completed": "completed", "empty": "empty_response", "provider_error": "error",
+}
 
 
 class TurnObserver(Protocol):
@@ -468,9 +471,7 @@ class Turn:
 
     def on_stream_end(self, payload: Any = None) -> None:
         assert isinstance(payload, ev.StreamEnded)
-        status: TurnStatus = {
-            "completed": "completed", "empty": "empty_response", "provider_error": "error",
-        }[payload.outcome]  # type: ignore[assignment]
+        status = _STATUS_BY_OUTCOME[payload.outcome]
         if payload.error is not None:
             self.error = f"{payload.error.kind}: {payload.error.message}"
         self.status = status
@@ -582,7 +583,7 @@ class Turn:
 
     # ----------------------------------------------------------------- passes
 
-    def _close_pass(self, status: str, include_landed: bool) -> None:
+    def _close_pass(self, status: TurnStatus, include_landed: bool) -> None:
         """Freeze the running pass's result, once (S13)."""
         run = self._run
         if run is None or run.closed:
