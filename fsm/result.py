@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .channel import NoticeKind
+
 TurnStatus = Literal[
     "completed", "function_call", "error", "timeout", "stopped_by_user", "empty_response",
     "follow_up_interrupt",
@@ -60,7 +62,7 @@ class TurnResult:
     stash_items: int
     reactor_lookups: int
     notices: list[str]
-    deferred_notice: str | None
+    deferred_notice: NoticeKind | None
     metrics: list[dict[str, Any]]
     delivered_text: str = ""
     error: str | None = None

@@ -123,7 +123,7 @@ class Turn:
         self.context_items_added = 0
         self.reactor_lookups = 0
         self.notices: list[str] = []
-        self.deferred_notice: str | None = None
+        self.deferred_notice: NoticeKind | None = None
         self.metrics: list[dict[str, Any]] = []
         self.status: TurnStatus | None = None
         self.error: str | None = None

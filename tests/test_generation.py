@@ -1,0 +1,98 @@
+"""The generation turn around the loop (SPEC G1, G2), with scripted providers on a virtual
+clock. The same chain over real HTTP is tested with the provider clients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fsm.config import TurnConfig
+from fsm.generation import Attempt, run_generation_turn, should_fall_back
+from fsm.locks import ChannelLockRegistry
+from fsm.prefill import TurnRequest
+from fsm.scenario import parse_scenario
+from fsm.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools
+from fsm.stash import ContextStash
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+
+def _provider(*passes: list[dict[str, Any]]) -> ScriptedProvider:
+    return ScriptedProvider(parse_scenario({"passes": list(passes)}).passes)
+
+
+async def _run(attempts: list[Attempt], tools: dict[str, Any] | None = None,
+               **config: Any) -> tuple[Any, InMemoryChannel]:
+    locks = ChannelLockRegistry()
+    lock = locks.try_acquire("c", "gen")
+    assert lock is not None
+    channel = InMemoryChannel()
+    stash = ContextStash()
+    registry = ScriptedTools(parse_scenario({"tools": tools or {}}).tools, stash, {}).registry
+    result = await run_generation_turn(attempts, channel=channel, locks=locks, lock=lock,
+                                       request=TurnRequest(), config=TurnConfig(**config),
+                                       tools=registry, stash=stash)
+    locks.release(lock)
+    return result, channel
+
+
+STALL = [{"at": 1, "text": "Partial answer"}, {"at": 2, "stall": True}]
+
+
+async def test_fallback_continues_from_delivered_text_with_errors_suppressed() -> None:
+    # covers G1, S1, S12
+    primary = _provider(STALL)
+    fallback = _provider([{"at": 1, "text": " and the rest."}, {"at": 2, "end": "completed"}])
+    result, channel = await _run([Attempt(primary, "primary"), Attempt(fallback, "fb")])
+    assert result.status == "completed"
+    assert [a.status for a in result.attempts] == ["timeout", "completed"]
+    assert result.attempts[0].deferred_notice == "timeout_idle"
+    assert channel.notices == [] and result.deferred_notice_posted is None
+    assert fallback.requests[0].prefill == "Partial answer"
+    assert fallback.requests[0].tail[-1] == {"kind": "prefill", "role": "assistant",
+                                             "content": "Partial answer"}
+    assert result.delivered_text == "Partial answer and the rest."
+
+
+async def test_every_attempt_failing_posts_the_deferred_notice_once() -> None:
+    # covers G2, S12
+    primary = _provider([{"at": 0, "stall": True}])
+    fallback = _provider([{"at": 1, "error": "overloaded"}])
+    result, channel = await _run([Attempt(primary, "primary"), Attempt(fallback, "fb")])
+    assert result.status == "error"
+    assert [n.kind for n in channel.notices] == ["timeout_first_token"]
+    assert result.deferred_notice_posted == "timeout_first_token"
+
+
+async def test_last_attempt_timing_out_posts_only_its_own_notice() -> None:
+    # covers G2 (once): the final attempt's own timeout notice is not doubled
+    result, channel = await _run([Attempt(_provider(STALL), "a"),
+                                  Attempt(_provider(STALL), "b")])
+    assert [n.kind for n in channel.notices] == ["timeout_idle"]
+    assert result.deferred_notice_posted is None
+
+
+async def test_completed_tool_calls_are_named_to_the_replacement_attempt() -> None:
+    # covers G1, S1 (request-only notice before the prefill), R10 (no restart replay)
+    primary = _provider([{"at": 1, "tool_call": {"name": "weather", "args": {"city": "Oslo"}}}],
+                        [{"at": 1, "text": "It is"}, {"at": 2, "error": "server_error"}])
+    fallback = _provider([{"at": 1, "text": " cold."}, {"at": 2, "end": "completed"}])
+    result, _ = await _run([Attempt(primary, "primary"), Attempt(fallback, "fb")],
+                           tools={"weather": [{"after": 1, "success": True, "data": {"c": -3}}]})
+    request = fallback.requests[0]
+    kinds = [item["kind"] for item in request.tail]
+    assert kinds == ["tool_history", "notice", "prefill"]
+    assert "weather" in request.tail[1]["content"] and "Oslo" in request.tail[1]["content"]
+    assert request.prefill == "It is" and result.status == "completed"
+
+
+async def test_kill_or_tool_loop_failure_does_not_fall_back() -> None:
+    # covers G1: only a model failure moves to the next attempt
+    fallback = _provider([{"at": 1, "text": "never"}])
+    result, _ = await _run(
+        [Attempt(_provider([{"at": 1, "tool_call": {"name": "x"}}]), "a"),
+         Attempt(fallback, "b")],
+        max_consecutive_tool_errors=1)
+    assert result.status == "error" and len(result.attempts) == 1 and fallback.calls == 0
+    assert not should_fall_back(result.attempts[0])
