@@ -93,10 +93,8 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
                     if not text:
                         continue
                     now = loop.time()
-                    if abort.fired:
-                        run.landed.append(text)
-                    else:
-                        run.parts.append(text)
+                    landed = abort.fired
+                    if not landed:
                         progress = run.on_progress
                         if progress is not None:
                             progress(now)
@@ -104,8 +102,9 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
                             run.got_token = True
                             post(FirstToken(run.no))
                     if recorder is not None:
-                        recorder.on_text(run.no, now - run.started_at, text, abort.fired)
+                        recorder.on_text(run.no, now - run.started_at, text, landed)
                     await channel.deliver(text)
+                    (run.landed if landed else run.parts).append(text)
                 elif isinstance(event, KeepAlive):
                     if recorder is not None:
                         recorder.on_keepalive(run.no, loop.time() - run.started_at)

@@ -231,7 +231,11 @@ class Turn:
                 await self._step()
             except Exception as exc:
                 log.exception("turn %s: unexpected failure in %s", self.turn_id, self.state)
-                await self._fail(exc)
+                try:
+                    await self._fail(exc)
+                except Exception:
+                    log.exception("turn %s: the crash transition failed too", self.turn_id)
+                    self._force_done()
 
     async def _step(self) -> None:
         state = self.state
@@ -267,6 +271,13 @@ class Turn:
             await self._fire("crash", ev.WorkerCrashed(exc))
             return
         log.error("turn %s: no crash edge from %s; forcing Done", self.turn_id, self.state)
+        self._force_done()
+
+    def _force_done(self) -> None:
+        """The last resort when the machine itself cannot move: the turn still ends in one
+        terminal state, journaled as a crash."""
+        if self.state in _TERMINAL_NAMES:
+            return
         self.status = "error"
         self._record(self.elapsed, "crash", self.state, State.DONE.value)
         self.state = State.DONE.value

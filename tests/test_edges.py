@@ -162,3 +162,33 @@ async def test_tool_args_model_unused_by_scripted_tools() -> None:
     # covers T6: scripted tools accept any object, so a scenario's own args reach them
     assert AnyArgs.model_validate({"anything": [1, 2]}).model_extra == {"anything": [1, 2]}
     assert TurnConfig().max_consecutive_tool_errors == 5
+
+
+class FailingSendChannel(InMemoryChannel):
+    """The third send fails, as a Discord 5xx after retries would."""
+
+    async def deliver(self, text: str) -> None:
+        if len(self.delivered) == 2:
+            raise RuntimeError("HTTP 503 from Discord")
+        await super().deliver(text)
+
+    async def post_notice(self, notice: Any) -> None:
+        raise RuntimeError("HTTP 503 from Discord")
+
+
+async def test_failed_send_ends_turn_with_delivered_text_kept() -> None:
+    # covers D2, S15: a failed send is reported and the turn ends cleanly in one state
+    raw = {"passes": [[{"at": 1, "text": "one "}, {"at": 2, "text": "two "},
+                       {"at": 3, "text": "three"}, {"at": 4, "end": "completed"}]]}
+    turn = _turn(raw, channel=FailingSendChannel())
+    result = await turn.run()
+    assert result.status == "error" and "503" in (result.error or "")
+    assert result.text == "one two " and result.delivered_text == "one two "
+    assert turn.lock.turn_kill is None and turn.lock.stream_kill is None
+
+
+async def test_failed_notice_does_not_break_the_turn() -> None:
+    # covers S12: a notice that cannot be posted is logged, the turn still ends TimedOut
+    turn = _turn({"passes": [[{"at": 0, "stall": True}]]}, channel=FailingSendChannel())
+    result = await turn.run()
+    assert result.state == "TimedOut" and result.notices == []
