@@ -6,34 +6,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from .journal import jsonable, write_journal
-from .runner import play_virtual, replay_difference
-from .scenario import ScenarioError, load_scenario, parse_scenario
-
-
-def _read_journal(path: Path) -> Any:
-    """A journal file: one JSON document, or JSON Lines."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise ScenarioError(f"{path}: not UTF-8 text") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    lines = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            lines.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ScenarioError(f"{path}: line {number}: invalid JSON: {exc.msg}") from None
-    return lines
+from .runner import play_virtual, read_journal, replay_difference
+from .scenario import ScenarioError, load_scenario
 
 
 def cmd_run_scenario(args: argparse.Namespace) -> int:
@@ -53,7 +29,7 @@ def cmd_run_scenario(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     path = Path(args.file)
-    diff = replay_difference(_read_journal(path), str(path))
+    diff = replay_difference(read_journal(path), str(path))
     if diff is None:
         print(f"{path}: replay matches")
         return 0
@@ -93,5 +69,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-
-__all__ = ["main", "parse_scenario"]

@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import looptime
@@ -14,7 +15,7 @@ from .journal import journal_document
 from .locks import ChannelLockRegistry
 from .prefill import TurnRequest
 from .result import TurnResult
-from .scenario import Scenario, ScenarioError, parse_scenario
+from .scenario import Scenario, ScenarioError, parse_scenario, read_text
 from .scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
 from .stash import ContextStash
 from .turn import Turn, TurnObserver
@@ -103,6 +104,24 @@ def run_virtual(factory: Callable[[], Awaitable[T]]) -> T:
 
 def play_virtual(scenario: Scenario, observer: TurnObserver | None = None) -> Played:
     return run_virtual(lambda: play(scenario, observer))
+
+
+def read_journal(path: Path) -> Any:
+    """A journal file: one JSON document, or JSON Lines."""
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    lines = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ScenarioError(f"{path}: line {number}: invalid JSON: {exc.msg}") from None
+    return lines
 
 
 def split_journal(data: Any, source: str) -> tuple[Scenario, list[dict[str, Any]], dict[str, Any]]:

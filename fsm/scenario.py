@@ -168,13 +168,18 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     return scenario
 
 
-def read_json(path: Path) -> Any:
+def read_text(path: Path) -> str:
+    """The file's text, or a ScenarioError naming the file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise ScenarioError(f"{path}: not UTF-8 text") from None
+
+
+def read_json(path: Path) -> Any:
+    text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
