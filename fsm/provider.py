@@ -107,9 +107,13 @@ class ToolCallRequest:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Token counts as the provider reported them; `thoughts_tokens` counts reasoning that
+    is billed but not part of the visible reply."""
+
     input_tokens: int | None = None
     output_tokens: int | None = None
     total_tokens: int | None = None
+    thoughts_tokens: int | None = None
 
     def as_dict(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -119,6 +123,8 @@ class Usage:
             out["output_tokens"] = self.output_tokens
         if self.total_tokens is not None:
             out["total_tokens"] = self.total_tokens
+        if self.thoughts_tokens is not None:
+            out["thoughts_tokens"] = self.thoughts_tokens
         return out
 
 
