@@ -1,0 +1,284 @@
+"""Anthropic Messages streaming.
+
+The stream is a sequence of typed events: `message_start` (input usage), content blocks
+(`text`, `thinking`, `tool_use` with `input_json_delta` fragments) between
+`content_block_start` and `content_block_stop`, `message_delta` (stop reason, output usage)
+and `message_stop`. `ping` is liveness. `event: error` is an in-band error after HTTP 200.
+Anthropic adds event and block types over time, so unknown ones are ignored, not errors.
+
+Tool calls are held until `message_delta` says why the message stopped: on `max_tokens` the
+last tool block may have been cut mid-JSON (even when what arrived happens to parse, e.g. an
+empty input), so it is marked truncated and never runs (T4).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from fsm.provider import (
+    Finish,
+    KeepAlive,
+    PassRequest,
+    ProviderError,
+    ProviderEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallRequest,
+    Usage,
+)
+
+from .context import (
+    ImagePart,
+    Message,
+    Part,
+    history_calls,
+    normalize_items,
+    normalize_tools,
+    notices_text,
+)
+from .errors import ErrorDetails, error_details, incomplete_stream, stream_error
+from .http import SSEProvider
+from .sse import SSEEvent, json_payload
+from .toolcalls import tool_call
+from .usage import token_count
+
+API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+_TOOL_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class AnthropicProvider(SSEProvider):
+    """Anthropic Messages API."""
+
+    def endpoint(self) -> str:
+        return f"{self.config.endpoint_base}/messages"
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"x-api-key": api_key}
+
+    def headers(self) -> dict[str, str]:
+        return {"anthropic-version": API_VERSION, **super().headers()}
+
+    def build_body(self, request: PassRequest) -> dict[str, Any]:
+        messages = normalize_items(request.context_items)
+        system_parts = [request.system_prompt] if request.system_prompt else []
+        system_parts += [m.text for m in messages if m.role == "system"]
+        system = "\n\n".join(system_parts)
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "max_tokens": self.config.max_output_tokens or DEFAULT_MAX_TOKENS,
+            "stream": True,
+            "messages": anthropic_messages(request, messages),
+        }
+        if system:
+            body["system"] = system
+        tools = normalize_tools(request.tools)
+        if tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters}
+                for t in tools
+            ]
+        return body
+
+    def new_decoder(self) -> MessagesDecoder:
+        return MessagesDecoder()
+
+
+def anthropic_messages(request: PassRequest, messages: list[Message]) -> list[dict[str, Any]]:
+    """Context, function history, notices, then the prefill last (S1, T7).
+
+    System items were lifted into `system`. The prefill loses trailing whitespace because
+    the API rejects a final assistant turn that ends with it.
+    """
+    out: list[dict[str, Any]] = [
+        {"role": m.role, "content": [_block(part) for part in m.parts]}
+        for m in messages
+        if m.role != "system"
+    ]
+    for call in history_calls(request):
+        call_id = _TOOL_ID_UNSAFE.sub("_", call.call_id)
+        content: list[dict[str, Any]] = []
+        if call.entry.pre_tool_text:
+            content.append({"type": "text", "text": call.entry.pre_tool_text})
+        content.append(
+            {
+                "type": "tool_use",
+                "id": call_id,
+                "name": call.entry.tool_name,
+                "input": call.entry.arguments,
+            }
+        )
+        out.append({"role": "assistant", "content": content})
+        result = {
+            "type": "tool_result",
+            "tool_use_id": call_id,
+            "content": call.result_json,
+            "is_error": not call.entry.success,
+        }
+        out.append({"role": "user", "content": [result]})
+    notices = notices_text(request)
+    if notices:
+        out.append({"role": "user", "content": [{"type": "text", "text": notices}]})
+    prefill = request.prefill.rstrip()
+    if prefill:
+        out.append({"role": "assistant", "content": [{"type": "text", "text": prefill}]})
+    return out
+
+
+def _block(part: Part) -> dict[str, Any]:
+    if isinstance(part, ImagePart):
+        if part.url:
+            return {"type": "image", "source": {"type": "url", "url": part.url}}
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": part.mime_type, "data": part.data},
+        }
+    return {"type": "text", "text": part.text}
+
+
+@dataclass(slots=True)
+class _ToolBlock:
+    index: int
+    id: str | None
+    name: str
+    fragments: list[str] = field(default_factory=list)
+    closed: bool = False
+
+
+class MessagesDecoder:
+    """Decodes one Messages stream."""
+
+    def __init__(self) -> None:
+        self._tools: dict[int, _ToolBlock] = {}
+        self._last_index = -1
+        self._usage: dict[str, int] = {}
+        self._stop_reason: str | None = None
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def feed(self, event: SSEEvent) -> list[ProviderEvent]:
+        payload = json_payload(event)
+        if isinstance(payload, ProviderError):
+            return [payload]
+        kind = payload.get("type") or event.event
+        if kind == "content_block_delta":
+            return self._delta(payload)
+        if kind == "content_block_start":
+            return self._start(payload)
+        if kind == "content_block_stop":
+            block = self._tools.get(_index(payload))
+            if block is not None:
+                block.closed = True
+            return []
+        if kind == "message_start":
+            message = payload.get("message")
+            return self._update_usage(message.get("usage") if isinstance(message, dict) else None)
+        if kind == "message_delta":
+            return self._message_delta(payload)
+        if kind == "message_stop":
+            self._done = True
+            return []
+        if kind == "ping":
+            return [KeepAlive("ping")]
+        if kind == "error":
+            details = error_details(payload) or ErrorDetails(event.data[:200])
+            return [stream_error(details)]
+        return []
+
+    def finish(self) -> list[ProviderEvent]:
+        if self._stop_reason is None:
+            return [incomplete_stream("message_delta with a stop reason")]
+        return [Finish(self._stop_reason)]
+
+    def _start(self, payload: dict[str, Any]) -> list[ProviderEvent]:
+        block = payload.get("content_block")
+        if not isinstance(block, dict):
+            return []
+        index = _index(payload)
+        self._last_index = max(self._last_index, index)
+        kind = block.get("type")
+        if kind == "tool_use":
+            call_id = block.get("id") if isinstance(block.get("id"), str) else None
+            self._tools[index] = _ToolBlock(index, call_id, str(block.get("name", "")))
+            return []
+        if kind == "text":
+            return _text(TextDelta, block.get("text"))
+        if kind == "thinking":
+            return _text(ReasoningDelta, block.get("thinking"))
+        return []
+
+    def _delta(self, payload: dict[str, Any]) -> list[ProviderEvent]:
+        delta = payload.get("delta")
+        if not isinstance(delta, dict):
+            return []
+        kind = delta.get("type")
+        if kind == "text_delta":
+            return _text(TextDelta, delta.get("text"))
+        if kind == "thinking_delta":
+            return _text(ReasoningDelta, delta.get("thinking"))
+        if kind == "input_json_delta":
+            block = self._tools.get(_index(payload))
+            fragment = delta.get("partial_json")
+            if block is not None and isinstance(fragment, str):
+                block.fragments.append(fragment)
+        return []
+
+    def _message_delta(self, payload: dict[str, Any]) -> list[ProviderEvent]:
+        delta = payload.get("delta")
+        out: list[ProviderEvent] = []
+        if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+            self._stop_reason = delta["stop_reason"]
+            out.extend(self._tool_calls())
+        out.extend(self._update_usage(payload.get("usage")))
+        return out
+
+    def _tool_calls(self) -> list[ToolCallRequest]:
+        cut_reason = self._stop_reason == "max_tokens"
+        calls = [
+            tool_call(
+                block.name,
+                "".join(block.fragments),
+                block.id,
+                cut=not block.closed or (cut_reason and block.index == self._last_index),
+            )
+            for block in sorted(self._tools.values(), key=lambda b: b.index)
+        ]
+        self._tools = {}
+        return calls
+
+    def _update_usage(self, raw: Any) -> list[ProviderEvent]:
+        if not isinstance(raw, dict):
+            return []
+        for key in (
+            "input_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+            "output_tokens",
+        ):
+            count = token_count(raw.get(key))
+            if count is not None:
+                self._usage[key] = count
+        if not self._usage:
+            return []
+        input_keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        has_input = any(key in self._usage for key in input_keys)
+        return [
+            Usage(
+                input_tokens=sum(self._usage.get(k, 0) for k in input_keys) if has_input else None,
+                output_tokens=self._usage.get("output_tokens"),
+            )
+        ]
+
+
+def _index(payload: dict[str, Any]) -> int:
+    index = payload.get("index")
+    return index if isinstance(index, int) else -1
+
+
+def _text(kind: type[TextDelta] | type[ReasoningDelta], value: Any) -> list[ProviderEvent]:
+    return [kind(value)] if isinstance(value, str) and value else []

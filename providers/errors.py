@@ -1,0 +1,227 @@
+"""Turning provider failures into `ProviderError`s the engine can act on.
+
+The three providers shape their error bodies differently but mean the same few things, and
+the engine only needs to know three of them: may I retry (and after how long), is the
+quota gone (a retry will not help today), and is the prompt too long (a retry with the same
+context will fail again). Everything here is pure so the rules can be tested without HTTP.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fsm.provider import ErrorKind, ProviderError
+
+REDACTED = "[redacted]"
+CONTEXT_TOO_LONG = "context_length_exceeded"
+QUOTA_EXHAUSTED = "insufficient_quota"
+
+_RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
+_RETRYABLE_TYPES = frozenset(
+    {
+        "overloaded_error",
+        "api_error",
+        "rate_limit_error",
+        "server_error",
+        "rate_limit_exceeded",
+        "timeout_error",
+        "UNAVAILABLE",
+        "INTERNAL",
+        "DEADLINE_EXCEEDED",
+        "RESOURCE_EXHAUSTED",
+    }
+)
+_QUOTA_WORDING = re.compile(
+    r"exceeded your current quota|quota exceeded|insufficient[_ ]quota|billing|credit balance",
+    re.IGNORECASE,
+)
+_CONTEXT_WORDING = re.compile(
+    r"prompt is too long|context[_ ]length|context window|maximum context"
+    r"|exceeds the maximum number of tokens|too many (input )?tokens",
+    re.IGNORECASE,
+)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
+_MESSAGE_LIMIT = 500
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """Remove every secret from `text`: error bodies sometimes echo the request back."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorDetails:
+    """What an error body says, lifted out of whichever provider's shape it came in."""
+
+    message: str
+    type: str | None = None
+    code: int | None = None
+    code_text: str | None = None
+    retry_after_s: float | None = None
+    quota_ids: tuple[str, ...] = ()
+
+
+def error_details(body: Any) -> ErrorDetails | None:
+    """Read an OpenAI, Anthropic, Gemini or OpenRouter error body; None if it is not one.
+
+    OpenAI: `{"error": {"message", "type", "code"}}` (`code` may be a string or, on
+    OpenRouter, an HTTP-like integer). Anthropic: `{"type": "error", "error": {"type",
+    "message"}}`. Gemini: `{"error": {"code", "message", "status", "details"}}`, sometimes
+    wrapped in a one-element list.
+    """
+    if isinstance(body, list) and body:
+        body = body[0]
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")
+    if isinstance(error, str):
+        return ErrorDetails(message=error)
+    if not isinstance(error, dict):
+        return None
+    raw_code = error.get("code")
+    code = raw_code if isinstance(raw_code, int) and not isinstance(raw_code, bool) else None
+    code_text = raw_code if isinstance(raw_code, str) else None
+    type_ = _first_str(error.get("type"), error.get("status"), raw_code)
+    message = _first_str(error.get("message")) or "provider reported an error without a message"
+    retry_after, quota_ids = _google_details(error.get("details"))
+    return ErrorDetails(message, type_, code, code_text, retry_after, quota_ids)
+
+
+def http_error(
+    status: int, details: ErrorDetails | None, headers: Mapping[str, str], fallback: str
+) -> ProviderError:
+    """An error response (HTTP status >= 400), classified."""
+    if details is None:
+        details = ErrorDetails(message=fallback.strip()[:_MESSAGE_LIMIT] or f"HTTP {status}")
+    return _classify("http", status, details, retry_after_header(headers))
+
+
+def stream_error(details: ErrorDetails) -> ProviderError:
+    """An error that arrived inside a stream that had started with HTTP 200."""
+    return _classify("provider_stream_error", details.code, details, None)
+
+
+def retry_after_header(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from `retry-after-ms` (OpenAI) or `retry-after` (seconds or a date)."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        seconds = _float(millis)
+        if seconds is not None:
+            return max(0.0, seconds / 1000)
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _float(value)
+    if seconds is not None:
+        return max(0.0, seconds)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _classify(
+    kind: ErrorKind, status: int | None, details: ErrorDetails, header_delay: float | None
+) -> ProviderError:
+    message = details.message[:_MESSAGE_LIMIT]
+    type_ = details.type if details.type is not None else _status_word(status)
+    words = {type_, details.code_text}
+    if _is_quota(status, words, message, details.quota_ids):
+        type_, retryable = QUOTA_EXHAUSTED, False
+    elif _is_context_too_long(status, words, message):
+        type_, retryable = CONTEXT_TOO_LONG, False
+    else:
+        retryable = _is_retryable(status, type_)
+    delay = header_delay if header_delay is not None else details.retry_after_s
+    return ProviderError(
+        kind=kind,
+        message=message,
+        type=type_,
+        status=status,
+        retryable=retryable,
+        retry_after_s=delay,
+    )
+
+
+def _is_quota(
+    status: int | None, words: set[str | None], message: str, quota_ids: tuple[str, ...]
+) -> bool:
+    if QUOTA_EXHAUSTED in words or status == 402:
+        return True
+    if any("PerDay" in quota_id for quota_id in quota_ids):
+        return True
+    if status is not None and status >= 500:
+        return False
+    return bool(_QUOTA_WORDING.search(message))
+
+
+def _is_context_too_long(status: int | None, words: set[str | None], message: str) -> bool:
+    if CONTEXT_TOO_LONG in words:
+        return True
+    return status in {None, 400, 413} and bool(_CONTEXT_WORDING.search(message))
+
+
+def _is_retryable(status: int | None, type_: str | None) -> bool:
+    if status is not None and (status in _RETRYABLE_STATUSES or status >= 500):
+        return True
+    return type_ in _RETRYABLE_TYPES
+
+
+def _status_word(status: int | None) -> str | None:
+    return None if status is None else str(status)
+
+
+def _google_details(details: Any) -> tuple[float | None, tuple[str, ...]]:
+    """Gemini's `google.rpc` details: a RetryInfo delay and the QuotaFailure quota ids."""
+    delay: float | None = None
+    quota_ids: list[str] = []
+    if not isinstance(details, list):
+        return None, ()
+    for item in details:
+        if not isinstance(item, dict):
+            continue
+        kind = str(item.get("@type", ""))
+        if kind.endswith("RetryInfo"):
+            match = _DURATION.match(str(item.get("retryDelay", "")))
+            if match:
+                delay = float(match.group(1))
+        elif kind.endswith("QuotaFailure"):
+            for violation in item.get("violations") or []:
+                if isinstance(violation, dict) and isinstance(violation.get("quotaId"), str):
+                    quota_ids.append(violation["quotaId"])
+    return delay, tuple(quota_ids)
+
+
+def _first_str(*values: Any) -> str | None:
+    for value in values:
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+    return None
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def incomplete_stream(expected: str) -> ProviderError:
+    """The connection closed cleanly, but before the provider's own end marker."""
+    return ProviderError(
+        kind="provider_stream_error",
+        type="incomplete_stream",
+        message=f"stream ended before {expected}",
+        retryable=True,
+    )

@@ -1,0 +1,100 @@
+"""Shared helpers for the provider tests: fixtures on disk, inline streams, loopback runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from fsm.provider import AbortSignal, PassRequest, ProviderEvent
+from providers.config import ProviderConfig, build_provider
+from providers.replay_server import ReplayServer
+from providers.result import StreamSummary
+from providers.stream_file import replay_request
+
+FIXTURES = Path("/work/shared/fixtures/sse")
+EXPECTED: dict[str, dict[str, dict[str, Any]]] = json.loads(
+    (FIXTURES / "expected.json").read_text()
+)
+COMMENTARY_KEYS = {"notes"}
+TEST_KEY = "sk-test-SECRET-0123456789abcdef"
+
+
+def fixture_cases() -> list[tuple[str, str]]:
+    return [(kind, case) for kind, cases in EXPECTED.items() for case in cases]
+
+
+def sse(*payloads: Any, event: str | None = None, eol: str = "\n") -> bytes:
+    """An SSE body: each payload (dict -> JSON, str as is) becomes one `data:` event."""
+    out = []
+    for payload in payloads:
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        head = f"event: {event}{eol}" if event else ""
+        out.append(f"{head}data: {data}{eol}{eol}")
+    return "".join(out).encode()
+
+
+def anthropic_sse(*payloads: dict[str, Any]) -> bytes:
+    """Anthropic's framing: each event named after its `type`."""
+    return b"".join(sse(payload, event=str(payload["type"])) for payload in payloads)
+
+
+def assert_matches_expected(result: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
+    """Every field present in expected.json must match; `"id": null` means "any minted id"."""
+    for key, want in expected.items():
+        if key in COMMENTARY_KEYS:
+            continue
+        got = result[key]
+        if key == "tool_calls":
+            assert len(got) == len(want), (got, want)
+            for got_call, want_call in zip(got, want, strict=True):
+                for field, value in want_call.items():
+                    if field == "id" and value is None:
+                        assert isinstance(got_call["id"], str) and got_call["id"]
+                    else:
+                        assert got_call[field] == value, (field, got_call, want_call)
+                assert got_call["truncated"] is want_call.get("truncated", False)
+        elif key == "error" and want is not None:
+            assert got is not None, result
+            for field, value in want.items():
+                assert got[field] == value, (field, got, want)
+        else:
+            assert got == want, (key, got, want)
+
+
+def config_for(target: ReplayServer | str, kind: str, **overrides: Any) -> ProviderConfig:
+    """A config pointing at a replay server (or any loopback URL)."""
+    url = target if isinstance(target, str) else target.url
+    return ProviderConfig.model_validate(
+        {"kind": kind, "model": "test-model", "base_url": url, **overrides}
+    )
+
+
+async def collect(
+    server: ReplayServer,
+    kind: str,
+    *,
+    request: PassRequest | None = None,
+    abort: AbortSignal | None = None,
+    **overrides: Any,
+) -> tuple[list[ProviderEvent], StreamSummary]:
+    """Stream `server`'s recording through a real adapter; the events and their summary."""
+    events: list[ProviderEvent] = []
+    summary = StreamSummary()
+    async with aiohttp.ClientSession() as session:
+        provider = build_provider(config_for(server, kind, **overrides), session)
+        async for event in provider.stream(request or replay_request(), abort or AbortSignal()):
+            events.append(event)
+            summary.add(event)
+    return events, summary
+
+
+async def run(
+    kind: str, script: bytes, **server_options: Any
+) -> tuple[list[ProviderEvent], StreamSummary, ReplayServer]:
+    async with ReplayServer(script, **server_options) as server:
+        events, summary = await collect(server, kind)
+    return events, summary, server
