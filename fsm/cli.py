@@ -37,7 +37,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import main as demo_main
 
     return demo_main(Path(args.journals))
@@ -54,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="re-run a recorded journal and compare")
     p.add_argument("file")
     p.set_defaults(func=cmd_replay)
-    p = sub.add_parser("run", help="the main job: the bot if configured, else built-in turns")
+    p = sub.add_parser("demo", help="play the built-in turns (the main job's embedded default)")
     p.add_argument("--journals", default="journals", help="where journals are written")
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(func=cmd_demo)
     return parser
 
 

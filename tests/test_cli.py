@@ -109,7 +109,7 @@ def test_replay_of_a_malformed_journal_exits_2(tmp_path: Path) -> None:
 
 def test_main_job_plays_built_in_turns_and_leaves_replayable_journals(tmp_path: Path) -> None:
     # covers S7, S10, R3 end to end through the embedded default
-    proc = _fsm("run", "--journals", str(tmp_path))
+    proc = _fsm("demo", "--journals", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     for word in ("Done", "TimedOut", "Stopped", "ContextRestart", "ToolCall"):
         assert word in proc.stdout

@@ -10,7 +10,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from providers_support import config_for, sse
 
 from fsm.config import TurnConfig
 from fsm.generation import Attempt, run_generation_turn
@@ -20,6 +19,8 @@ from fsm.scripted import InMemoryChannel
 from fsm.turn import Turn
 from providers import build_provider
 from providers.replay_server import Hang, Pause, ReplayServer, Send
+
+from providers_support import config_for, sse
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
