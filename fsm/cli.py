@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from .diagram import add_diagram_commands
 from .journal import jsonable, write_journal
 from .runner import play_virtual, read_journal, replay_difference
 from .scenario import ScenarioError, load_scenario
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="play the built-in turns (the main job's embedded default)")
     p.add_argument("--journals", default="journals", help="where journals are written")
     p.set_defaults(func=cmd_demo)
+    add_diagram_commands(sub)
     return parser
 
 

@@ -107,20 +107,26 @@ def play_virtual(scenario: Scenario, observer: TurnObserver | None = None) -> Pl
 
 
 def read_journal(path: Path) -> Any:
-    """A journal file: one JSON document, or JSON Lines."""
+    """A journal file: one JSON document, or JSON Lines as `run-scenario` prints them."""
     text = read_text(path)
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    lines = []
+    except json.JSONDecodeError as exc:
+        first_error = exc
+    lines: list[Any] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             lines.append(json.loads(line))
         except json.JSONDecodeError as exc:
+            if number == 1:
+                raise ScenarioError(
+                    f"{path}: invalid JSON at line {first_error.lineno} column "
+                    f"{first_error.colno}: {first_error.msg}") from None
             raise ScenarioError(f"{path}: line {number}: invalid JSON: {exc.msg}") from None
+    if not lines:
+        raise ScenarioError(f"{path}: empty file, not a journal")
     return lines
 
 
