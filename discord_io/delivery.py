@@ -1,0 +1,342 @@
+"""Delivery of one turn's reply into a Discord channel (D1, D2, S2).
+
+`DiscordChannel` implements `fsm.channel.TurnChannel`. Streamed text is buffered and cut into
+messages at natural boundaries (see `splitting`); finished messages go to an outbox that a
+separate pump task sends in order. So `deliver` never blocks the stream on Discord, a
+cancelled caller cannot lose track of a send already on the wire, and every delivered
+message is recorded for `cleanup`. Rate limits are discord.py's job (it honours 429
+`retry_after` and the bucket headers); what still fails is raised as `DeliveryError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiohttp
+import discord
+
+from fsm.channel import Notice, NoticeKind, TurnChannel
+
+from .splitting import MESSAGE_LIMIT, Chunk, StreamSplitter
+from .typing_indicator import TypingIndicator
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IDLE_FLUSH_S = 5.0
+DEFAULT_TYPING_RESUME_S = 2.0
+DEFAULT_CLOSE_GRACE_S = 5.0
+MAX_REACTORS = 100
+EMBED_TITLE_LIMIT = 256
+EMBED_DESCRIPTION_LIMIT = 4096
+
+NOTICE_COLOURS: dict[NoticeKind, int] = {
+    "timeout_first_token": 0xE67E22,
+    "timeout_idle": 0xE67E22,
+    "still_working": 0x3498DB,
+    "tool_error_loop": 0xE74C3C,
+    "max_iterations": 0xE74C3C,
+}
+
+
+class DeliveryError(RuntimeError):
+    """A message could not be sent, so the reply in the channel is incomplete."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: int | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveredMessage:
+    """A message that reached Discord: its id, what was sent and the text it accounts for."""
+
+    message_id: int
+    content: str
+    source: str
+    kind: Literal["text", "notice"] = "text"
+
+
+@dataclass(slots=True)
+class _Outgoing:
+    chunk: Chunk | None
+    notice: Notice | None
+    done: asyncio.Future[DeliveryError | None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    """An error's description for logs and `DeliveryError`: never headers, never the token."""
+    if isinstance(exc, discord.HTTPException):
+        return f"HTTP {exc.status} (Discord code {exc.code}): {exc.text or 'no details'}"
+    if isinstance(exc, discord.RateLimited):
+        return f"rate limited for {exc.retry_after:.1f} s beyond the allowed wait"
+    return type(exc).__name__
+
+
+def reaction_route_emoji(emoji: str) -> str:
+    """The emoji as the reactions route wants it: unicode as is, custom as `name:id`."""
+    partial = discord.PartialEmoji.from_str(emoji)
+    if partial.id is not None:
+        return f"{partial.name}:{partial.id}"
+    return partial.name
+
+
+class DiscordChannel(TurnChannel):
+    """The Discord side of one turn; create one per turn (or per attempt to be cleaned up)."""
+
+    def __init__(
+        self,
+        client: discord.Client,
+        channel_id: int,
+        *,
+        reply_to: int | None = None,
+        typing: TypingIndicator | None = None,
+        limit: int = MESSAGE_LIMIT,
+        flush_paragraphs: bool = False,
+        idle_flush_s: float | None = DEFAULT_IDLE_FLUSH_S,
+        typing_resume_s: float | None = DEFAULT_TYPING_RESUME_S,
+        close_grace_s: float = DEFAULT_CLOSE_GRACE_S,
+    ) -> None:
+        self.channel_id = channel_id
+        self.reply_to = reply_to
+        self.typing = typing
+        self.flush_paragraphs = flush_paragraphs
+        self.idle_flush_s = idle_flush_s
+        self.typing_resume_s = typing_resume_s
+        self.close_grace_s = close_grace_s
+        self.delivered: list[DeliveredMessage] = []
+        self.notices: list[DeliveredMessage] = []
+        self.failure: DeliveryError | None = None
+        self._client = client
+        self._messageable = client.get_partial_messageable(channel_id)
+        self._splitter = StreamSplitter(limit)
+        self._outbox: deque[_Outgoing] = deque()
+        self._unsettled: list[asyncio.Future[DeliveryError | None]] = []
+        self._pump: asyncio.Task[None] | None = None
+        self._idle: asyncio.Task[None] | None = None
+        self._last_text_at = 0.0
+        self._replied = False
+
+    @property
+    def delivered_text(self) -> str:
+        """The streamed text that reached Discord, in order (what a fallback continues)."""
+        return "".join(message.source for message in self.delivered)
+
+    @property
+    def pending_text(self) -> str:
+        """Streamed text still buffered, not yet cut into a message."""
+        return self._splitter.pending
+
+    # ---- TurnChannel ---------------------------------------------------------------------
+
+    async def deliver(self, text: str) -> None:
+        if self.failure is not None:
+            raise self.failure
+        if not text:
+            return
+        if self.typing is not None:
+            self.typing.start()
+        chunks = self._splitter.feed(text)
+        if self.flush_paragraphs:
+            chunks += self._splitter.flush_boundary()
+        for chunk in chunks:
+            self._enqueue(_Outgoing(chunk=chunk, notice=None))
+        self._arm_idle_flush()
+
+    async def finish_pass(self) -> None:
+        self._cancel_idle_flush()
+        chunks = self._splitter.flush()
+        if chunks and self.typing is not None:
+            await self.typing.stop()
+        for chunk in chunks:
+            self._enqueue(_Outgoing(chunk=chunk, notice=None))
+        await self._settle()
+        if chunks and self.typing is not None and self.typing_resume_s is not None:
+            # The engine may go on (tool call, next pass); the turn's owner stops it otherwise.
+            self.typing.start(delay_s=self.typing_resume_s)
+        if self.failure is not None:
+            raise self.failure
+
+    async def post_notice(self, notice: Notice) -> None:
+        item = _Outgoing(chunk=None, notice=notice)
+        self._enqueue(item)
+        error = await item.done
+        if error is not None:
+            raise error
+
+    async def fetch_reactors(self, message_id: str, emoji: str, limit: int) -> list[str]:
+        """One REST call. A missing message or a failed call logs and yields no names."""
+        if not message_id.isdigit():
+            return []
+        try:
+            users = await self._client.http.get_reaction_users(
+                self.channel_id,
+                int(message_id),
+                reaction_route_emoji(emoji),
+                max(1, min(MAX_REACTORS, limit)),
+            )
+        except discord.NotFound:
+            return []
+        except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
+            log.warning("reactor look-up failed in channel %s: %s", self.channel_id, _describe(exc))
+            return []
+        return [user.get("global_name") or user["username"] for user in users]
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def cleanup(self) -> int:
+        """Delete every text message this channel delivered (a superseded attempt's output).
+
+        Unsent text is dropped first. Returns how many messages were deleted; raises
+        `DeliveryError` if some could not be (they stay listed in `delivered`).
+        """
+        self._cancel_idle_flush()
+        self._splitter.flush()
+        self._drop_queued()
+        await self._settle()
+        kept: list[DeliveredMessage] = []
+        deleted = 0
+        for message in self.delivered:
+            try:
+                await self._messageable.get_partial_message(message.message_id).delete()
+                deleted += 1
+            except discord.NotFound:
+                deleted += 1
+            except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+                log.warning("could not delete message %s: %s", message.message_id, _describe(exc))
+                kept.append(message)
+        self.delivered = kept
+        if not kept and not self.notices:
+            self._replied = False
+        if kept:
+            raise DeliveryError(f"{len(kept)} delivered message(s) could not be deleted")
+        return deleted
+
+    async def aclose(self) -> None:
+        """Stop delivering: unsent text is dropped, an in-flight send gets a short grace."""
+        self._cancel_idle_flush()
+        self._splitter.flush()
+        self._drop_queued()
+        pump = self._pump
+        if pump is not None and not pump.done():
+            await asyncio.wait({pump}, timeout=self.close_grace_s)
+            if not pump.done():
+                pump.cancel()
+                await asyncio.wait({pump})
+
+    # ---- internals -----------------------------------------------------------------------
+
+    def _enqueue(self, item: _Outgoing) -> None:
+        self._outbox.append(item)
+        self._unsettled.append(item.done)
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.create_task(self._run_pump(), name=f"deliver:{self.channel_id}")
+
+    async def _settle(self) -> None:
+        """Wait until everything enqueued so far was sent or failed."""
+        waiting, self._unsettled = self._unsettled, []
+        if waiting:
+            await asyncio.wait(waiting)
+
+    def _drop_queued(self) -> None:
+        while self._outbox:
+            item = self._outbox.popleft()
+            if not item.done.done():
+                item.done.set_result(None)
+
+    async def _run_pump(self) -> None:
+        while self._outbox:
+            item = self._outbox.popleft()
+            try:
+                error = await self._send(item)
+            except asyncio.CancelledError:
+                if not item.done.done():
+                    item.done.set_result(DeliveryError("delivery cancelled"))
+                raise
+            if not item.done.done():
+                item.done.set_result(error)
+
+    async def _send(self, item: _Outgoing) -> DeliveryError | None:
+        if item.chunk is not None and self.failure is not None:
+            return self.failure  # the reply already has a hole: send nothing after it
+        kwargs: dict[str, Any] = {"allowed_mentions": discord.AllowedMentions.none()}
+        if self.reply_to is not None and not self._replied:
+            kwargs["reference"] = discord.MessageReference(
+                message_id=self.reply_to, channel_id=self.channel_id, fail_if_not_exists=False
+            )
+        if item.chunk is not None:
+            kwargs["content"] = item.chunk.content
+        else:
+            assert item.notice is not None
+            kwargs["embed"] = notice_embed(item.notice)
+        try:
+            sent = await self._messageable.send(**kwargs)
+        except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
+            error = self._failed(item, exc)
+            if item.chunk is not None:
+                self.failure = error
+            return error
+        self._replied = True
+        if item.chunk is not None:
+            self.delivered.append(DeliveredMessage(sent.id, item.chunk.content, item.chunk.source))
+            if self.typing is not None:
+                self.typing.poke()  # no-op once finish_pass stopped it for the last message
+        else:
+            assert item.notice is not None
+            self.notices.append(DeliveredMessage(sent.id, "", "", kind="notice"))
+        return None
+
+    def _failed(self, item: _Outgoing, exc: BaseException) -> DeliveryError:
+        what = (
+            "message"
+            if item.chunk is not None
+            else f"{item.notice.kind if item.notice else ''} notice"
+        )
+        detail = _describe(exc)
+        log.error("sending a %s to channel %s failed: %s", what, self.channel_id, detail)
+        status = exc.status if isinstance(exc, discord.HTTPException) else None
+        code = exc.code if isinstance(exc, discord.HTTPException) else None
+        return DeliveryError(
+            f"could not send a {what} to channel {self.channel_id}: {detail}",
+            status=status,
+            code=code,
+        )
+
+    def _arm_idle_flush(self) -> None:
+        if self.idle_flush_s is None:
+            return
+        self._last_text_at = asyncio.get_running_loop().time()
+        if self._idle is None or self._idle.done():
+            self._idle = asyncio.create_task(self._idle_flush(self.idle_flush_s))
+
+    def _cancel_idle_flush(self) -> None:
+        if self._idle is not None and not self._idle.done():
+            self._idle.cancel()
+        self._idle = None
+
+    async def _idle_flush(self, idle_s: float) -> None:
+        """When the stream pauses, send what is complete up to the last paragraph break."""
+        loop = asyncio.get_running_loop()
+        while self._splitter.pending:
+            deadline = self._last_text_at + idle_s
+            if loop.time() < deadline:
+                await asyncio.sleep(deadline - loop.time())
+                continue
+            for chunk in self._splitter.flush_boundary():
+                self._enqueue(_Outgoing(chunk=chunk, notice=None))
+            return
+
+
+def notice_embed(notice: Notice) -> discord.Embed:
+    """A notice as an embed within Discord's title and description limits."""
+    return discord.Embed(
+        title=notice.title[:EMBED_TITLE_LIMIT],
+        description=notice.description[:EMBED_DESCRIPTION_LIMIT],
+        colour=NOTICE_COLOURS.get(notice.kind, 0x95A5A6),
+    )

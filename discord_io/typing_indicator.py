@@ -1,0 +1,106 @@
+"""The typing indicator of one turn, with a single owner.
+
+Discord shows "is typing" for about 10 s after each ``POST /channels/{id}/typing`` and hides
+it as soon as the bot sends a message, so a working turn refreshes it on a fixed loop-clock
+schedule (default every 8 s) and re-posts right after a message that is not the last.
+Failures are logged and never reach the turn: a missing indicator is cosmetic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
+import aiohttp
+import discord
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 8.0
+
+Trigger = Callable[[], Awaitable[None]]
+
+
+class TypingIndicator:
+    """Refreshes the indicator while started; `stop` is idempotent and awaits the refresher."""
+
+    def __init__(self, trigger: Trigger, *, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be positive")
+        self._trigger = trigger
+        self.interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+        self._poke = asyncio.Event()
+        self.posts = 0
+
+    @classmethod
+    def for_channel(
+        cls, client: discord.Client, channel_id: int, *, interval_s: float = DEFAULT_INTERVAL_S
+    ) -> TypingIndicator:
+        channel = client.get_partial_messageable(channel_id)
+
+        async def trigger() -> None:
+            await channel.typing()
+
+        return cls(trigger, interval_s=interval_s)
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self, delay_s: float = 0.0) -> None:
+        """Show the indicator (after `delay_s`) and keep it fresh. No-op while running."""
+        if self.running:
+            return
+        self._poke.clear()
+        self._task = asyncio.create_task(self._run(delay_s), name="typing-indicator")
+
+    def poke(self) -> None:
+        """Re-post now: a message just went out and Discord hid the indicator."""
+        if self.running:
+            self._poke.set()
+
+    async def stop(self) -> None:
+        """Stop refreshing; an in-flight post is cancelled. Safe to call any number of times."""
+        task, self._task = self._task, None
+        if task is None or task.done():
+            return
+        task.cancel()
+        await asyncio.wait({task})
+
+    async def __aenter__(self) -> TypingIndicator:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def _run(self, delay_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        next_at = loop.time()
+        while True:
+            await self._post()
+            next_at = max(next_at + self.interval_s, loop.time())
+            try:
+                async with asyncio.timeout_at(next_at):
+                    await self._poke.wait()
+            except TimeoutError:
+                continue
+            self._poke.clear()
+            next_at = loop.time()
+
+    async def _post(self) -> None:
+        try:
+            await self._trigger()
+            self.posts += 1
+        except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
+            log.warning("typing indicator post failed: %s", type(exc).__name__)
