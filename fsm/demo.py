@@ -97,11 +97,12 @@ async def play_live(scenario: Scenario, printer: TransitionPrinter | None) -> di
     locks = ChannelLockRegistry(stale_age_s=config.stale_lock_age_s)
     lock = locks.try_acquire("demo", owner=scenario.name)
     assert lock is not None
+    request = TurnRequest(context_items=history_items(scenario.history))
     recorder = JournalRecorder(scenario.name, config, tools.registry, stash,
-                               history=[m.model_dump() for m in scenario.history])
+                               history=[m.model_dump() for m in scenario.history],
+                               request=request)
     turn = Turn(provider=ScriptedProvider(scenario.passes), channel=InMemoryChannel(),
-                locks=locks, lock=lock, request=TurnRequest(
-                    context_items=history_items(scenario.history)),
+                locks=locks, lock=lock, request=request,
                 tools=tools.registry, stash=stash, config=config, observer=printer,
                 recorder=recorder, turn_id=scenario.name)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -104,9 +104,11 @@ async def run_generation_turn(
     tools: ToolRegistry | None = None,
     stash: ContextStash | None = None,
     observer: TurnObserver | None = None,
+    on_attempt: Callable[[Turn], None] | None = None,
 ) -> GenerationResult:
     """Try each attempt in order until one does not fail (G1); post the deferred notice
-    if all fail (G2)."""
+    if all fail (G2). `on_attempt` sees each attempt's turn before it runs (to route a
+    follow-up to it, or to journal it)."""
     if not attempts:
         raise ValueError("a generation turn needs at least one attempt")
     base = config if config is not None else TurnConfig()
@@ -122,6 +124,8 @@ async def run_generation_turn(
         turn = Turn(provider=attempt.provider, channel=channel, locks=locks, lock=lock,
                     request=current, tools=tools, stash=stash, config=attempt_config,
                     observer=observer, turn_id=f"{lock.owner}-{attempt.label}")
+        if on_attempt is not None:
+            on_attempt(turn)
         result = await turn.run()
         results.append(result)
         labels.append(attempt.label)

@@ -9,6 +9,7 @@ a user did not see as text.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import TurnConfig
+from .prefill import TurnRequest
 from .stash import ContextStash
 from .stream_pass import PassRun
 from .tools import ToolRegistry
@@ -80,8 +82,10 @@ class JournalRecorder:
 
     def __init__(self, name: str, config: TurnConfig, tools: ToolRegistry,
                  stash: RecordingStash | None = None,
-                 history: list[dict[str, Any]] | None = None) -> None:
+                 history: list[dict[str, Any]] | None = None,
+                 request: TurnRequest | None = None) -> None:
         self.name = name
+        self.request = request
         self.config = config
         self.tools = tools
         self.stash = stash
@@ -156,9 +160,21 @@ class JournalRecorder:
             tool = self.tools.get(name)
             guard = tool.guard if tool is not None else None
             tools[name] = {"guard": guard, "outcomes": outcomes} if guard else outcomes
+        request: dict[str, Any] = {}
+        if self.request is not None:
+            request = jsonable({
+                "owner": self.request.owner, "system_prompt": self.request.system_prompt,
+                "prefill": self.request.prefill,
+                "request_notices": list(self.request.request_notices),
+                "function_history": [dataclasses.asdict(entry)
+                                     for entry in self.request.function_history],
+                "trigger_message_id": self.request.trigger_message_id,
+                "queued": self.request.queued, "scene_turn": self.request.scene_turn,
+            })
         return {
             "name": self.name,
             "config": self.config.model_dump(),
+            "request": request,
             "passes": self.passes,
             "tools": tools,
             "stash": self.stash.items if self.stash is not None else {},

@@ -14,6 +14,7 @@ import looptime
 from .journal import journal_document
 from .locks import ChannelLockRegistry
 from .prefill import TurnRequest
+from .provider import HistoryEntry
 from .result import TurnResult
 from .scenario import Scenario, ScenarioError, parse_scenario, read_text
 from .scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
@@ -21,6 +22,7 @@ from .stash import ContextStash
 from .turn import Turn, TurnObserver
 
 T = TypeVar("T")
+HISTORY_FIELDS = ("tool_name", "arguments", "result", "call_id", "pre_tool_text", "success")
 CHANNEL_ID = "scenario-channel"
 
 
@@ -38,6 +40,21 @@ class Played:
 
     def journal(self, scenario: dict[str, Any]) -> dict[str, Any]:
         return journal_document(scenario, self.transitions, self.result.as_dict())
+
+
+def turn_request(scenario: Scenario) -> TurnRequest:
+    """The request a scenario's turn replies to: its history as context, plus what the
+    scenario recorded about the request (owner, prefill, replayed calls)."""
+    spec = scenario.request
+    return TurnRequest(
+        context_items=history_items(scenario.history),
+        system_prompt=spec.system_prompt, prefill=spec.prefill,
+        request_notices=list(spec.request_notices),
+        function_history=[HistoryEntry(**entry.model_dump(include=set(HISTORY_FIELDS)))
+                          for entry in spec.function_history],
+        trigger_message_id=spec.trigger_message_id, queued=spec.queued,
+        scene_turn=spec.scene_turn, owner=spec.owner,
+    )
 
 
 async def play(scenario: Scenario, observer: TurnObserver | None = None) -> Played:
@@ -63,7 +80,7 @@ async def play(scenario: Scenario, observer: TurnObserver | None = None) -> Play
     provider = ScriptedProvider(scenario.passes)
     tools = ScriptedTools(scenario.tools, stash, stash_keys)
     turn = Turn(provider=provider, channel=channel, locks=locks, lock=lock,
-                request=TurnRequest(context_items=history_items(scenario.history)),
+                request=turn_request(scenario),
                 tools=tools.registry, stash=stash, config=config, observer=observer,
                 turn_id=scenario.name)
     start = loop.time()
@@ -199,9 +216,14 @@ def _show(value: Any) -> str:
 
 
 def replay_difference(data: Any, source: str) -> str | None:
-    """None when the journal replays to the same transitions and result."""
+    """None when the journal replays to the same transitions and result (virtual clock)."""
+    return run_virtual(lambda: replay_on_loop(data, source))
+
+
+async def replay_on_loop(data: Any, source: str) -> str | None:
+    """`replay_difference` on the running loop, whose clock must be virtual to match."""
     scenario, transitions, result = split_journal(data, source)
-    played = play_virtual(scenario)
+    played = await play(scenario)
     diff = first_difference(transitions, played.transitions, "journal")
     if diff:
         return diff

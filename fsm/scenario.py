@@ -120,6 +120,29 @@ class ScheduledEvent(_Loose):
         return self
 
 
+class HistoryEntrySpec(_Loose):
+    tool_name: str
+    arguments: Any = Field(default_factory=dict)
+    result: Any = Field(default_factory=dict)
+    call_id: str | None = None
+    pre_tool_text: str = ""
+    success: bool = True
+
+
+class RequestSpec(_Loose):
+    """How the turn was asked to reply (a project extension of the format): recorded for
+    live turns so a fallback attempt's prefill and replayed calls replay too."""
+
+    owner: str = "assistant"
+    system_prompt: str = ""
+    prefill: str = ""
+    request_notices: list[str] = Field(default_factory=list)
+    function_history: list[HistoryEntrySpec] = Field(default_factory=list)
+    trigger_message_id: str | None = None
+    queued: bool = False
+    scene_turn: bool = False
+
+
 class Scenario(_Loose):
     name: str = "scenario"
     config: dict[str, Any] = Field(default_factory=dict)
@@ -128,6 +151,7 @@ class Scenario(_Loose):
     stash: dict[str, dict[str, Any]] = Field(default_factory=dict)
     history: list[HistoryMessage] = Field(default_factory=list)
     events: list[ScheduledEvent] = Field(default_factory=list)
+    request: RequestSpec = Field(default_factory=RequestSpec)
     expect: Any = None
 
     def turn_config(self) -> TurnConfig:

@@ -96,3 +96,37 @@ async def test_kill_or_tool_loop_failure_does_not_fall_back() -> None:
         max_consecutive_tool_errors=1)
     assert result.status == "error" and len(result.attempts) == 1 and fallback.calls == 0
     assert not should_fall_back(result.attempts[0])
+
+
+async def test_each_attempt_journals_and_replays_with_its_prefill_and_calls() -> None:
+    # covers G1 with the journal rule: every live attempt replays to the same result
+    from fsm.journal import JournalRecorder, journal_document
+    from fsm.runner import replay_on_loop
+    from fsm.turn import Turn
+
+    primary = _provider([{"at": 1, "tool_call": {"name": "weather", "args": {"city": "Oslo"}}}],
+                        [{"at": 1, "text": "It is"}, {"at": 2, "stall": True}])
+    fallback = _provider([{"at": 1, "text": " cold."}, {"at": 2, "end": "completed"}])
+    recorded: list[tuple[Turn, JournalRecorder]] = []
+    locks = ChannelLockRegistry()
+    lock = locks.try_acquire("c", "gen")
+    assert lock is not None
+    stash = ContextStash()
+    tools = ScriptedTools(parse_scenario({"tools": {"weather": [
+        {"after": 1, "success": True, "data": {"c": -3}}]}}).tools, stash, {}).registry
+
+    def on_attempt(turn: Turn) -> None:
+        recorder = JournalRecorder(turn.turn_id, turn.config, tools, request=turn.request)
+        turn.recorder = recorder
+        recorded.append((turn, recorder))
+
+    result = await run_generation_turn(
+        [Attempt(primary, "primary"), Attempt(fallback, "fb")], channel=InMemoryChannel(),
+        locks=locks, lock=lock, request=TurnRequest(), tools=tools, stash=stash,
+        on_attempt=on_attempt)
+    assert result.status == "completed" and len(recorded) == 2
+    for turn, recorder in recorded:
+        document = journal_document(recorder.scenario(), turn.transitions,
+                                    turn.result().as_dict())
+        assert await replay_on_loop(document, turn.turn_id) is None
+    assert recorded[1][1].scenario()["request"]["prefill"] == "It is"
