@@ -84,9 +84,10 @@ class Tool(Protocol):
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class FunctionTool(Generic[ArgsT]):
-    """A tool made from an async function and its arguments model."""
+    """A tool made from an async function and its arguments model. (No `slots`: a slotted
+    generic dataclass cannot be constructed as `FunctionTool[Args](...)`.)"""
 
     name: str
     description: str
