@@ -78,6 +78,11 @@ class ContextStash:
     def total_bytes(self) -> int:
         return self._bytes
 
+    def live_count(self) -> int:
+        """Items still held: expired ones are dropped first (an item lives at most `ttl_s`)."""
+        self._expire(self._clock())
+        return len(self._entries)
+
     def put(self, item: Any) -> str:
         """Store `item`, evicting expired then oldest entries to stay within bounds."""
         size = item_size(item)

@@ -210,7 +210,7 @@ class Turn:
             flags=self.flags.as_dict(),
             function_history=[entry.tool_name for entry in self.function_history],
             context_items_added=self.context_items_added,
-            stash_items=len(self.stash),
+            stash_items=self.stash.live_count(),
             reactor_lookups=self.reactor_lookups,
             notices=list(self.notices),
             deferred_notice=self.deferred_notice,
