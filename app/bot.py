@@ -82,6 +82,7 @@ class TurnBot:
         self.tree: app_commands.CommandTree[discord.Client] = app_commands.CommandTree(client)
         install_kill_command(self.tree, self.locks, self.queue)
         self.current: dict[str, tuple[Turn, int]] = {}
+        self.chain_interrupts: dict[str, int] = {}
         self.results: list[Any] = []
 
     @property
@@ -139,6 +140,7 @@ class TurnBot:
             turn.recorder = recorder
             turns.append((turn, recorder))
 
+        lock.follow_up_interrupts = self.chain_interrupts.get(channel_id, 0)
         typing.start()
         try:
             history = await recent_messages(message.channel, limit=self.history_limit + 1,
@@ -154,10 +156,20 @@ class TurnBot:
             self.results.append(result)
             log.info("channel %s: turn ended %s", channel_id, result.status)
         finally:
+            self._carry_interrupts(channel_id, lock)
             self.current.pop(channel_id, None)
             await typing.stop()
             await channel.aclose()
             self._write_journals(turns, items_of=message)
+
+    def _carry_interrupts(self, channel_id: str, lock: ChannelLock) -> None:
+        """Follow-up interrupts count against the cap for as long as the channel stays busy
+        (S17: at most `max_follow_up_interrupts` per lock, and the queue takes a new lock for
+        each message); an idle channel starts again from zero."""
+        if self.queue.pending(channel_id):
+            self.chain_interrupts[channel_id] = lock.follow_up_interrupts
+        else:
+            self.chain_interrupts.pop(channel_id, None)
 
     def _write_journals(self, turns: list[tuple[Turn, JournalRecorder]],
                         items_of: discord.Message) -> None:

@@ -19,6 +19,7 @@ from app.bot import TurnBot
 from discord_io.enrichment_tools import EnrichmentTools, discord_avatar_lookup
 from discord_io.media_fetch import MediaFetcher
 from discord_io.testing import CdnFile, DiscordEmulator, Fault, emulated_discord
+from fsm.config import TurnConfig
 from fsm.generation import Attempt
 from fsm.runner import read_journal, replay_on_loop
 from fsm.scenario import parse_scenario
@@ -198,3 +199,19 @@ async def test_profile_picture_tool_restarts_the_turn_with_the_image(tmp_path: P
         assert second.context_items[-1]["parts"][0]["type"] == "image"
         assert "peek_profile_picture" not in [t["name"] for t in second.tools]
         assert h.bot.stash.total_bytes == 0
+
+
+async def test_follow_up_interrupts_are_capped_while_the_channel_stays_busy(
+        tmp_path: Path) -> None:
+    # covers S17 (per-lock cap across a chain of queued turns)
+    long_pass = [{"at": 1, "text": "thinking"}, {"at": 50, "end": "completed"}]
+    async with harness([long_pass, long_pass, long_pass], tmp_path,
+                       config=TurnConfig(max_follow_up_interrupts=1)) as h:
+        await h.mention("first")
+        await asyncio.sleep(3)
+        await h.mention("second")  # interrupts the first turn
+        await asyncio.sleep(3)
+        await h.mention("third")  # the cap is spent: queued, not an interrupt
+        await h.idle()
+        assert [r.status for r in h.bot.results] == [
+            "follow_up_interrupt", "completed", "completed"]
