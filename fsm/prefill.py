@@ -56,16 +56,19 @@ def build_pass_request(
     history: list[HistoryEntry],
     tools: list[dict[str, Any]],
     pass_index: int,
+    turn_notices: list[str] | None = None,
 ) -> PassRequest:
-    """A fresh request for pass `pass_index`, built from the turn's current state."""
+    """A fresh request for pass `pass_index`, built from the turn's current state.
+    `turn_notices` are request-only notes the turn itself added (they follow the caller's)."""
+    notices = list(request.request_notices) + list(turn_notices or ())
     return PassRequest(
         context_items=list(context_items),
         function_history=list(history),
         tools=tools,
         system_prompt=request.system_prompt,
         prefill=request.prefill,
-        request_notices=list(request.request_notices),
+        request_notices=notices,
         reply_to_message_id=reply_target(request),
         pass_index=pass_index,
-        tail=fold_prefill(history, request.request_notices, request.prefill),
+        tail=fold_prefill(history, notices, request.prefill),
     )

@@ -25,7 +25,7 @@ from .flags import TurnFlags
 from .locks import ChannelLock, ChannelLockRegistry
 from .machine import shared_machine
 from .mailbox import Mailbox
-from .metadata import LookupBudget, annotate, fetch_reactors, tail_directive
+from .metadata import LookupBudget, annotate, fetch_reactors, neutralize, tail_directive
 from .prefill import TurnRequest, build_pass_request
 from .provider import AbortSignal, HistoryEntry, PassRequest, Provider, ToolCallRequest
 from .restart import METADATA_TAIL_DIRECTIVE, RestartRequest, parse_restart, resolve_item
@@ -119,6 +119,7 @@ class Turn:
         self.function_history: list[HistoryEntry] = list(self.request.function_history)
         self.replayable_calls: list[dict[str, Any]] = []
         self.review_log: list[dict[str, Any]] = []
+        self.turn_notices: list[str] = []
         self.consecutive_tool_errors = 0
         self.context_items_added = 0
         self.reactor_lookups = 0
@@ -412,7 +413,7 @@ class Turn:
         S2, R8). Done before `begin` so a failure here is a crash from Preparing."""
         tools = [schema_of(tool) for tool in self.tools.available(self.flags)]
         return build_pass_request(self.request, self.context_items, self.function_history,
-                                  tools, len(self._passes) + 1)
+                                  tools, len(self._passes) + 1, self.turn_notices)
 
     def on_begin(self, payload: Any = None) -> None:
         """Start the stream under its own abort and kill handle (S3, S4, S7)."""
@@ -545,11 +546,14 @@ class Turn:
         self._current_call = None
         self._tool_deadline = None
         self._calls.clear()
+        pre_tool_text = self._take_pre_tool_text()
         if self.config.drafting:
             self.review_log.append({"call": current.call.name,
                                     "arguments": current.call.arguments,
                                     "result": result.for_model(),
-                                    "pre_tool_text": self._take_pre_tool_text()})
+                                    "pre_tool_text": pre_tool_text})
+        elif pre_tool_text:
+            self.turn_notices.append(already_sent_notice(pre_tool_text))
 
     def on_restart(self, payload: Any = None) -> None:
         """Apply the enrichment, set its flag, reset the error counters (R6-R9)."""
@@ -771,6 +775,13 @@ class Turn:
         if self.lock.turn_kill == self.request_stop:
             self.lock.turn_kill = None
         self.mailbox.clear()
+
+
+def already_sent_notice(text: str) -> str:
+    """Visible text streamed before a restart call, which has no history entry to carry it
+    (R10, drafting off): the next passes are told it was sent, so it is not repeated (T7)."""
+    return f"[System: this reply already began with the text below; continue it without " \
+           f"repeating it.]\n{neutralize(text)}"
 
 
 def _recorded_outcome(result: ToolResult) -> dict[str, Any]:

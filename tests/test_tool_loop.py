@@ -109,3 +109,21 @@ async def test_refused_guarded_call_says_not_available_for_the_turn() -> None:
     assert "provider" not in entry.result["error"]
     second_tools = [t["name"] for t in played.provider.requests[1].tools]
     assert "process_gif" not in second_tools  # availability check reads the flag too
+
+
+async def test_text_before_a_restart_call_is_not_lost_to_the_next_pass() -> None:
+    # covers T7 with R10 (drafting off: the restart call has no history entry to carry it)
+    played = await play(parse_scenario({
+        "passes": [[{"at": 1, "text": "Let me look."},
+                    {"at": 2, "tool_call": {"name": "process_gif"}}],
+                   [{"at": 1, "text": "A cat."}, {"at": 2, "end": "completed"}]],
+        "tools": {"process_gif": {"guard": "gif", "outcomes": [
+            {"after": 0, "success": True,
+             "data": {"type": "context_restart_gif",
+                      "enhanced_context_item": {"role": "user", "content": "<frames>"}}}]}},
+    }))
+    second = played.provider.requests[1]
+    assert second.function_history == []
+    assert any("Let me look." in notice for notice in second.request_notices)
+    assert [item["kind"] for item in second.tail] == ["notice"]
+    assert played.result.context_items_added == 1
