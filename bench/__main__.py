@@ -1,0 +1,92 @@
+"""`python -m bench`: every benchmark of BENCHMARKS.md in one run, figures printed as
+Markdown (and optionally saved as JSON). `--quick` runs them all with small sizes (a minute)
+to check the harness; its figures are not the ones to report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import concurrency, growth, over_http, peers, per_chunk, per_turn
+from .common import Section, machine_info
+from .report import render
+
+FULL: dict[str, dict[str, Any]] = {
+    "per_chunk": {"chunks": 100_000, "repeats": 5},
+    "per_turn": {"turns": 1000, "repeats": 5, "profile_turns": 500},
+    "peers": {"turns": 200, "repeats": 5},
+    "concurrency": {"turns": 10_000, "sample": 1_000, "repeats": 3},
+    "over_http": {"chunks": 20_000, "repeats": 5},
+    "growth": {"sizes": growth.SIZES, "repeats": 3, "min_turns": 2000, "repeats_large": 1},
+}
+QUICK: dict[str, dict[str, Any]] = {
+    "per_chunk": {"chunks": 5_000, "repeats": 2},
+    "per_turn": {"turns": 100, "repeats": 2, "profile_turns": 50},
+    "peers": {"turns": 10, "repeats": 2},
+    "concurrency": {"turns": 500, "sample": 50, "repeats": 1},
+    "over_http": {"chunks": 2_000, "repeats": 2},
+    "growth": {"sizes": (1, 10, 100), "repeats": 1, "min_turns": 100},
+}
+RUNNERS: dict[str, Callable[..., Section]] = {
+    "per_chunk": per_chunk.measure,
+    "per_turn": per_turn.measure,
+    "peers": peers.measure,
+    "concurrency": concurrency.measure,
+    "over_http": over_http.measure,
+    "growth": growth.measure,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes: checks the harness")
+    parser.add_argument("--only", default="", help=f"comma-separated subset of {list(RUNNERS)}")
+    parser.add_argument("--json", type=Path, help="also write every figure and detail here")
+    parser.add_argument("--markdown", type=Path, help="also write the Markdown report here")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    keys = [k.strip() for k in args.only.split(",") if k.strip()] or list(RUNNERS)
+    unknown = [k for k in keys if k not in RUNNERS]
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
+    command = "python -m bench" + (" " + " ".join(sys.argv[1:]) if argv is None and
+                                   len(sys.argv) > 1 else "")
+    info = machine_info()
+    started = time.perf_counter()
+    sections: list[Section] = []
+    known: dict[int, dict[str, Any]] = {}
+    for key in keys:
+        t0 = time.perf_counter()
+        kwargs = dict(sizes[key])
+        if key == "growth" and known:
+            kwargs["known"] = known
+        print(f"[bench] {key} …", file=sys.stderr, flush=True)
+        section = RUNNERS[key](**kwargs)
+        section.details["elapsed_s"] = time.perf_counter() - t0
+        print(f"[bench] {key} done in {section.details['elapsed_s']:.0f} s", file=sys.stderr,
+              flush=True)
+        if key == "concurrency":
+            known[sizes[key]["turns"]] = {"plain": section.details["median_run"],
+                                          "traced": section.details["traced"]}
+        sections.append(section)
+    elapsed = time.perf_counter() - started
+    report = render(sections, info, command, elapsed)
+    sys.stdout.write(report)
+    if args.markdown:
+        args.markdown.write_text(report, encoding="utf-8")
+    if args.json:
+        args.json.write_text(json.dumps({"machine": info, "command": command,
+                                         "elapsed_s": elapsed,
+                                         "sections": [s.as_dict() for s in sections]},
+                                        indent=1, default=float), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,119 @@
+"""Item 5: over real HTTP. A loopback aiohttp server (its own process, see `sse_server`)
+streams `chunks` OpenAI-format SSE chunks; the client is the project's provider
+(`providers.build_provider`, kind `openai`) on one aiohttp session, consumed
+
+- *without the engine*: `async for event in provider.stream(request, abort)`, appending
+  the text of each `TextDelta`;
+- *through the engine*: a `Turn` (journal on, in-memory channel) on the same provider.
+
+Side by side in each repeat; wall time and the client process's CPU time (the server is
+another process, so its work is not counted).
+"""
+
+from __future__ import annotations
+
+import aiohttp
+
+from fsm.provider import AbortSignal, PassRequest, TextDelta
+
+from .common import Clock, Section, median, run_async
+from .sse_server import running
+from .whatif import whatif
+from .workload import Engine, chunk_texts
+
+GOAL_OVERHEAD_PCT = 10.0
+VARIANTS = ("client", "engine", "engine_nojournal", "engine_leanjournal", "engine_leanworker")
+
+
+def providers_available() -> bool:
+    try:
+        from providers import ProviderConfig, build_provider  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _request() -> PassRequest:
+    return PassRequest(context_items=[{"type": "dialogue", "role": "user", "author": "ana",
+                                       "content": "Tell me a long story."}],
+                       function_history=[], pass_index=1)
+
+
+async def _rounds(base_url: str, chunks: int, repeats: int) -> dict[str, list[float]]:
+    from providers import ProviderConfig, build_provider
+
+    config = ProviderConfig(kind="openai", model="bench", base_url=base_url)
+    expected = "".join(chunk_texts(chunks))
+    samples: dict[str, list[float]] = {f"{k}_{m}": [] for k in VARIANTS for m in ("wall", "cpu")}
+    connector = aiohttp.TCPConnector(limit=4)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        provider = build_provider(config, session)
+
+        async def bare() -> tuple[float, float]:
+            parts: list[str] = []
+            with Clock() as clock:
+                async for event in provider.stream(_request(), AbortSignal()):
+                    if isinstance(event, TextDelta):
+                        parts.append(event.text)
+            assert "".join(parts) == expected, "the bare client lost chunks"
+            return clock.wall, clock.cpu
+
+        async def through_engine(journal: bool = True, what_if: str = "") -> tuple[float, float]:
+            engine = Engine(journal=journal)
+            turn, lock, channel = engine.turn("http", provider)
+            with whatif(what_if), Clock() as clock:
+                result = await turn.run()
+            engine.locks.release(lock)
+            assert result.status == "completed", (result.status, result.error)
+            assert channel.text == expected, "the engine lost chunks"
+            return clock.wall, clock.cpu
+
+        runs = {"client": bare, "engine": through_engine,
+                "engine_nojournal": lambda: through_engine(journal=False),
+                "engine_leanjournal": lambda: through_engine(what_if="lean journal"),
+                "engine_leanworker": lambda: through_engine(what_if="lean stream worker")}
+        await bare()  # warm: connection, code paths
+        await through_engine()
+        for i in range(repeats):
+            order = list(runs) if i % 2 == 0 else list(reversed(runs))
+            for key in order:
+                wall, cpu = await runs[key]()
+                samples[f"{key}_wall"].append(wall)
+                samples[f"{key}_cpu"].append(cpu)
+    return samples
+
+
+def measure(chunks: int = 20_000, repeats: int = 5) -> Section:
+    section = Section("over_http", f"5. Over real HTTP ({chunks:,} SSE chunks, loopback)")
+    if not providers_available():
+        section.add("engine overhead over the bare provider client", float("nan"), "%",
+                    f"≤ {GOAL_OVERHEAD_PCT:g} %", None, "pending: providers/ not importable")
+        return section
+    with running(chunks) as base_url:
+        samples = run_async(lambda: _rounds(base_url, chunks, repeats))
+    wall = [100 * (e / c - 1) for e, c in zip(samples["engine_wall"], samples["client_wall"],
+                                               strict=True)]
+    cpu = [100 * (e / c - 1) for e, c in zip(samples["engine_cpu"], samples["client_cpu"],
+                                              strict=True)]
+    wall_pct, cpu_pct = median(wall), median(cpu)
+    client_us = 1e6 * median(samples["client_wall"]) / chunks
+    engine_us = 1e6 * median(samples["engine_wall"]) / chunks
+    section.add("engine overhead over the bare provider client (wall)", wall_pct, "%",
+                f"≤ {GOAL_OVERHEAD_PCT:g} %", wall_pct <= GOAL_OVERHEAD_PCT,
+                f"client {client_us:.1f} µs/chunk, through the engine {engine_us:.1f} µs/chunk")
+    section.add("engine overhead over the bare provider client (client CPU)", cpu_pct, "%",
+                f"≤ {GOAL_OVERHEAD_PCT:g} %", cpu_pct <= GOAL_OVERHEAD_PCT,
+                f"client CPU {1e6 * median(samples['client_cpu']) / chunks:.1f} µs/chunk")
+    for key, label in (("engine_nojournal", "journal off"),
+                       ("engine_leanjournal", "what-if: lean journal"),
+                       ("engine_leanworker", "what-if: lean stream worker")):
+        pct = median([100 * (e / c - 1) for e, c in zip(samples[f"{key}_wall"],
+                                                        samples["client_wall"], strict=True)])
+        cpu_alt = median([100 * (e / c - 1) for e, c in zip(samples[f"{key}_cpu"],
+                                                            samples["client_cpu"], strict=True)])
+        section.add(f"engine overhead, {label} (wall)", pct, "%",
+                    note=f"client CPU {cpu_alt:+.1f} %")
+    section.add("chunks per second through the engine", chunks / median(samples["engine_wall"]),
+                "chunks/s")
+    section.details["samples_s"] = samples
+    return section

@@ -1,0 +1,78 @@
+"""The run's figures as Markdown: a summary table, then each section's details."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .common import Section, fmt
+from .growth import table as growth_table
+from .profiling import format_profile
+
+
+def _met(met: bool | None) -> str:
+    if met is None:
+        return ""
+    return "met" if met else "**missed**"
+
+
+def figures_table(section: Section) -> list[str]:
+    lines = ["| figure | value | goal | met? | note |", "| --- | ---: | --- | --- | --- |"]
+    for fig in section.figures:
+        lines.append(f"| {fig.name} | {fmt(fig.value, fig.unit)} | {fig.goal or ''} | "
+                     f"{_met(fig.met)} | {fig.note} |")
+    return lines
+
+
+def goals(sections: list[Section]) -> list[str]:
+    lines = ["| item | goal | value | met? |", "| --- | --- | ---: | --- |"]
+    for section in sections:
+        item = section.title.split(".", 1)[0]
+        for fig in section.figures:
+            if fig.goal:
+                lines.append(f"| {item} | {fig.name}: {fig.goal} | {fmt(fig.value, fig.unit)} "
+                             f"| {_met(fig.met)} |")
+    return lines
+
+
+def details(section: Section) -> list[str]:
+    d: dict[str, Any] = section.details
+    lines: list[str] = []
+    if section.key == "per_turn" and "variants" in d:
+        lines += ["| variant (same rounds, side by side) | turns/s | µs/turn | GC share |",
+                  "| --- | ---: | ---: | ---: |"]
+        for name, v in d["variants"].items():
+            lines.append(f"| {name} | {v['turns_per_s']:,.0f} | {v['us_per_turn']:,.0f} | "
+                         f"{v['gc_pct']:.1f} % |")
+        lines.append("")
+    if "profile" in d:
+        unit = "turn" if section.key == "per_turn" else "chunk"
+        lines += [*format_profile(d["profile"], unit), ""]
+    if section.key == "concurrency" and "traced" in d:
+        lines += ["Where a parked turn's memory is (tracemalloc, by file of allocation):", "",
+                  "| file | bytes per turn |", "| --- | ---: |"]
+        for row in d["traced"].get("traced_top", []):
+            lines.append(f"| `{row['file']}` | {row['b_per_turn']:,.0f} |")
+        lines.append("")
+        kinds = d["traced"].get("gc_types_per_turn", {})
+        if kinds:
+            lines += ["GC-tracked objects per parked turn, by type: "
+                      + ", ".join(f"{k} {v:.0f}" for k, v in kinds.items()), ""]
+    if section.key == "growth":
+        lines += [*growth_table(section), ""]
+    return lines
+
+
+def render(sections: list[Section], info: dict[str, Any], command: str, elapsed_s: float
+           ) -> str:
+    pk = ", ".join(f"{k} {v}" for k, v in info["packages"].items() if v)
+    lines = [f"- Command: `{command}` — {elapsed_s:.0f} s",
+             f"- Machine: {info['nproc']} CPUs ({info['cpu']}), {info['memory_gib']} GiB, "
+             f"{info['implementation']} {info['python']}, {info['platform']}",
+             f"- Packages: {pk}", "", "### Goals", ""]
+    lines += goals(sections)
+    for section in sections:
+        lines += ["", f"### {section.title}", "", *figures_table(section)]
+        extra = details(section)
+        if extra:
+            lines += ["", *extra]
+    return "\n".join(lines) + "\n"
