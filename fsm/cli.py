@@ -16,7 +16,10 @@ from .scenario import ScenarioError, load_scenario
 def cmd_run_scenario(args: argparse.Namespace) -> int:
     path = Path(args.file)
     scenario = load_scenario(path)
-    played = play_virtual(scenario)
+    try:
+        played = play_virtual(scenario)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path}: {exc}") from None
     out = sys.stdout
     for line in played.transitions:
         out.write(json.dumps(line, ensure_ascii=False) + "\n")

@@ -15,7 +15,7 @@ class TurnConfig(BaseModel):
     """Budgets and caps of one turn. Unknown keys are refused so a typo is not silently
     ignored in an operator's configuration (scenario files strip unknown keys themselves)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     first_token_timeout_s: float = Field(300.0, gt=0)
     idle_timeout_s: float = Field(120.0, gt=0)

@@ -16,7 +16,7 @@ from .locks import ChannelLockRegistry
 from .prefill import TurnRequest
 from .provider import HistoryEntry
 from .result import TurnResult
-from .scenario import Scenario, ScenarioError, parse_scenario, read_text
+from .scenario import Scenario, ScenarioError, decode_json, parse_scenario, read_text
 from .scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
 from .stash import ContextStash
 from .turn import Turn, TurnObserver
@@ -130,18 +130,16 @@ def read_journal(path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         first_error = exc
+    except (RecursionError, ValueError):
+        return decode_json(text, str(path))
     lines: list[Any] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            lines.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if number == 1:
-                raise ScenarioError(
-                    f"{path}: invalid JSON at line {first_error.lineno} column "
-                    f"{first_error.colno}: {first_error.msg}") from None
-            raise ScenarioError(f"{path}: line {number}: invalid JSON: {exc.msg}") from None
+        if number == 1 and not line.lstrip().startswith("{"):
+            raise ScenarioError(f"{path}: invalid JSON at line {first_error.lineno} column "
+                                f"{first_error.colno}: {first_error.msg}")
+        lines.append(decode_json(line, f"{path}: line {number}"))
     if not lines:
         raise ScenarioError(f"{path}: empty file, not a journal")
     return lines

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .config import TurnConfig
 from .flags import EnrichmentKind
+from .stash import item_size
 
 
 class ScenarioError(ValueError):
@@ -21,7 +22,7 @@ class ScenarioError(ValueError):
 
 
 class _Loose(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, allow_inf_nan=False)
 
 
 class ToolCallSpec(_Loose):
@@ -186,9 +187,13 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     except ValidationError as exc:
         raise ScenarioError(f"{source}: {_first_problem(exc)}") from None
     try:
-        scenario.turn_config()
+        config = scenario.turn_config()
     except ValidationError as exc:
         raise ScenarioError(f"{source}: config.{_first_problem(exc)}") from None
+    for name, item in scenario.stash.items():
+        if item_size({k: v for k, v in item.items() if k != "stash_at"}) > config.stash_max_bytes:
+            raise ScenarioError(f"{source}: stash.{name}: larger than config.stash_max_bytes "
+                                f"({config.stash_max_bytes})")
     return scenario
 
 
@@ -202,13 +207,22 @@ def read_text(path: Path) -> str:
         raise ScenarioError(f"{path}: not UTF-8 text") from None
 
 
-def read_json(path: Path) -> Any:
-    text = read_text(path)
+def decode_json(text: str, where: str) -> Any:
+    """Parse JSON text; any failure, absurd nesting and huge numbers included, is one
+    ScenarioError naming `where`."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ScenarioError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: "
+        raise ScenarioError(f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: "
                             f"{exc.msg}") from None
+    except RecursionError:
+        raise ScenarioError(f"{where}: JSON nested too deeply to read") from None
+    except ValueError as exc:
+        raise ScenarioError(f"{where}: unreadable JSON ({exc})") from None
+
+
+def read_json(path: Path) -> Any:
+    return decode_json(read_text(path), str(path))
 
 
 def load_scenario(path: Path) -> Scenario:

@@ -5,7 +5,8 @@ never go through the machine: they update a deadline float and the lock's touch 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from .provider import (
     KeepAlive,
     PassRequest,
     ProviderError,
+    ProviderEvent,
     ReasoningDelta,
     TextDelta,
     ToolCallRequest,
@@ -25,6 +27,8 @@ from .result import PassResult, TurnStatus
 
 if TYPE_CHECKING:
     from .turn import Turn
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False, slots=True)
@@ -85,13 +89,17 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
     channel = turn.channel
     recorder = turn.recorder
     abort = run.abort
+    stream: AsyncIterator[ProviderEvent] | None = None
     try:
         with turn.locks.watchdog(turn.lock):
-            async for event in turn.provider.stream(run.request, abort):
+            stream = turn.provider.stream(run.request, abort)
+            async for event in stream:
                 if isinstance(event, TextDelta):
                     text = event.text
                     if not text:
                         continue
+                    if type(text) is not str:
+                        raise TypeError(f"the provider sent {type(text).__name__} as text")
                     now = loop.time()
                     landed = abort.fired
                     if not landed:
@@ -121,16 +129,18 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
                     break
             if not abort.fired:
                 await channel.finish_pass()
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        if abort.fired:
-            _settled(turn, run, loop.time())
-        else:
-            if recorder is not None:
-                recorder.on_raise(run.no, loop.time() - run.started_at, exc)
-            post(StreamCrashed(run.no, exc))
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the engine cancelled this worker
+        _crashed(turn, run, exc, loop.time())  # the adapter raised it: a failure, not a stop
         return
+    except Exception as exc:
+        _crashed(turn, run, exc, loop.time())
+        return
+    finally:
+        if stream is not None:
+            await _close(stream)
     if abort.fired:
         _settled(turn, run, loop.time())
         return
@@ -138,6 +148,27 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
     if recorder is not None:
         recorder.on_end(run.no, loop.time() - run.started_at, outcome, run)
     post(StreamEnded(run.no, outcome, run.error))
+
+
+async def _close(stream: object) -> None:
+    """Close the adapter's generator now, not at garbage collection, so its response is
+    released however the pass ended (S14)."""
+    aclose = getattr(stream, "aclose", None)
+    if aclose is None:
+        return
+    try:
+        await aclose()
+    except Exception as exc:
+        log.warning("closing the provider stream failed: %s", type(exc).__name__)
+
+
+def _crashed(turn: Turn, run: PassRun, exc: BaseException, now: float) -> None:
+    if run.abort.fired:
+        _settled(turn, run, now)
+        return
+    if turn.recorder is not None:
+        turn.recorder.on_raise(run.no, now - run.started_at, exc)
+    turn.mailbox.post(StreamCrashed(run.no, exc))
 
 
 def _settled(turn: Turn, run: PassRun, now: float) -> None:

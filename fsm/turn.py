@@ -156,6 +156,8 @@ class Turn:
         self._restart_task: asyncio.Task[None] | None = None
         self._restart_seq = itertools.count(1)
         self._restart_no = 0
+        self._restart_deadline: float | None = None
+        self._abandoned: list[asyncio.Task[None]] = []
         self._still_working_sent = False
 
     # ----------------------------------------------------------------- public API
@@ -257,9 +259,10 @@ class Turn:
         if state == State.CONTEXT_RESTART.value and self._restart_task is None:
             await self._begin_restart()
             return
-        event = await self.mailbox.get(self._deadline())
+        deadline = self._deadline()
+        event = await self.mailbox.get(deadline)
         if event is None:
-            await self._on_deadline()
+            await self._on_deadline(deadline)
         else:
             await self._on_event(event)
 
@@ -292,6 +295,8 @@ class Turn:
             return self._settle_deadline
         if state == State.TOOL_CALL.value:
             return self._tool_deadline
+        if state == State.CONTEXT_RESTART.value:
+            return self._restart_deadline
         return None
 
     async def _fire(self, trigger: str, payload: Any = None, at: float | None = None) -> bool:
@@ -341,9 +346,11 @@ class Turn:
                 continue
             self.notices.append(notice.kind)
 
-    async def _on_deadline(self) -> None:
+    async def _on_deadline(self, waited: float | None) -> None:
+        """The clock reached `waited`. Compared with the deadline waited for, not with the
+        clock, so a deadline a rounding error past the loop's clock still fires."""
         deadline = self._deadline()
-        if deadline is None or self._now() < deadline:
+        if deadline is None or waited is None or deadline > waited:
             return  # the rolling deadline moved on: wait again (S5)
         state = self.state
         if state == State.AWAITING_FIRST_TOKEN.value:
@@ -354,6 +361,8 @@ class Turn:
             await self._fire("settle_timeout", at=deadline)
         elif state == State.TOOL_CALL.value:
             await self._tool_timed_out(deadline)
+        elif state == State.CONTEXT_RESTART.value:
+            await self._restart_timed_out(deadline)
 
     async def _on_event(self, event: ev.TurnEvent) -> None:
         run = self._run
@@ -364,6 +373,9 @@ class Turn:
         elif isinstance(event, ev.FirstToken):
             if run is not None and event.pass_no == run.no and self.state == "AwaitingFirstToken":
                 await self._fire("first_token", event)
+        elif isinstance(event, (ev.StreamEnded, ev.StreamCrashed)) and run is not None \
+                and event.pass_no == run.no and self.state == "Settling":
+            await self._fire("settled", event)  # it ended as its timer fired: it has settled
         elif isinstance(event, ev.StreamEnded):
             if run is not None and event.pass_no == run.no and self.state in _STREAM_STATES:
                 await self._fire(event.outcome, event)
@@ -427,6 +439,7 @@ class Turn:
         run.kill_handle = self.request_stop
         self.locks.set_stream_kill(self.lock, run.kill_handle)
         self._run = run
+        self._timeout_phase = "first_token"
         self._passes.append(PassResult(index=pass_no, status="function_call"))
         if pass_no == self.config.soft_warn_iteration and not self._still_working_sent:
             self._still_working_sent = True
@@ -550,7 +563,7 @@ class Turn:
         if self.config.drafting:
             self.review_log.append({"call": current.call.name,
                                     "arguments": current.call.arguments,
-                                    "result": result.for_model(),
+                                    "result": _without_stash_key(result.for_model()),
                                     "pre_tool_text": pre_tool_text})
         elif pre_tool_text:
             self.turn_notices.append(already_sent_notice(pre_tool_text))
@@ -578,6 +591,7 @@ class Turn:
         self._restart = None
         self._restart_call = None
         self._restart_task = None
+        self._restart_deadline = None
 
     def on_kill(self, _payload: Any = None) -> None:
         current = self._current_call
@@ -622,9 +636,9 @@ class Turn:
             self.locks.clear_stream_kill(self.lock, run.kill_handle)
             run.kill_handle = None
         self._settle_deadline = None
+        run.abort.fire("pass ended")
         worker = run.worker
         if worker is not None and not worker.done():
-            run.abort.fire("pass ended")
             worker.cancel()
 
     # ----------------------------------------------------------------- tools
@@ -711,6 +725,7 @@ class Turn:
             self._tool_abort = None
         if task is not None:
             task.cancel()
+            self._abandoned.append(task)
         if self.recorder is not None:
             self.recorder.on_tool(current.call.name, deadline - current.started_at,
                                   {"hang": True})
@@ -725,12 +740,24 @@ class Turn:
         assert restart is not None
         self._restart_no = next(self._restart_seq)
         if restart.kind == "message_metadata":
+            self._restart_deadline = self._now() + self.config.tool_timeout_s
             self._restart_task = _spawn(self._metadata_worker(self._restart_no),
                                         f"{self.turn_id}-metadata")
             return
         item = resolve_item(restart, self.stash)
         self._restart_task = None
         await self._fire("restart", item)
+
+    async def _restart_timed_out(self, deadline: float) -> None:
+        """Reactor look-ups that never answer do not hold the turn: past the tool budget
+        the reveal goes on with reaction counts only (R6)."""
+        task, self._restart_task = self._restart_task, None
+        if task is not None:
+            task.cancel()
+            self._abandoned.append(task)
+        log.warning("turn %s: reactor look-ups timed out; revealing without reactors",
+                    self.turn_id)
+        await self._fire("restart", (None, 0), at=deadline)
 
     async def _metadata_worker(self, restart_no: int) -> None:
         """Reactor look-ups (sequential REST calls, bounded) and the annotated items (R6)."""
@@ -755,6 +782,7 @@ class Turn:
         """No worker, timer, kill handle or progress callback outlives the turn (S14)."""
         self._end_pass()
         tasks = [t for t in (self._tool_task, self._restart_task) if t is not None]
+        tasks += self._abandoned
         if self._run is not None and self._run.worker is not None:
             tasks.append(self._run.worker)
         if self._tool_abort is not None:
@@ -775,6 +803,15 @@ class Turn:
         if self.lock.turn_kill == self.request_stop:
             self.lock.turn_kill = None
         self.mailbox.clear()
+
+
+def _without_stash_key(result: dict[str, Any]) -> dict[str, Any]:
+    """A result as the review log keeps it: the live stash key is a one-time random token
+    that means nothing once drained (R4), so it is not kept."""
+    data = result.get("data")
+    if isinstance(data, dict) and "pending_context_key" in data:
+        return {**result, "data": {**data, "pending_context_key": "<stashed>"}}
+    return result
 
 
 def already_sent_notice(text: str) -> str:

@@ -120,6 +120,15 @@ def json_payload(event: SSEEvent) -> dict[str, Any] | ProviderError:
                 f"column {exc.colno}; data begins {event.data[:80]!r}"
             ),
         )
+    except (RecursionError, ValueError) as exc:  # absurd nesting, a 5,000-digit number
+        return ProviderError(
+            kind="provider_stream_error",
+            type="malformed_event",
+            message=(
+                f"unreadable JSON in SSE '{event.event}' event ({type(exc).__name__}); "
+                f"data begins {event.data[:80]!r}"
+            ),
+        )
     if not isinstance(value, dict):
         return ProviderError(
             kind="provider_stream_error",
