@@ -160,7 +160,12 @@ class ChatCompletionsDecoder:
             )
             return [stream_error(details)]
         out: list[ProviderEvent] = []
-        for choice in payload.get("choices") or []:
+        choices = payload.get("choices")
+        if choices is not None and not isinstance(choices, list):
+            return [ProviderError(kind="provider_stream_error", type="malformed_event",
+                                  message=f"chunk `choices` is {type(choices).__name__}, "
+                                          "not a list")]
+        for choice in choices or []:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 out.extend(self._choice(choice))
         usage = _usage(payload.get("usage"))
