@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=1000, help="turns per round (default 1000)")
     parser.add_argument("--seed", type=int, default=1, help="scenario seed (default 1)")
-    parser.add_argument("--spread", type=float, default=30.0,
+    parser.add_argument("--spread", type=float, default=1.0,
                         help="a round's turns start within this many virtual seconds")
     parser.add_argument("--log", action="store_true",
                         help="show the engine's warnings (a faulty turn logs several)")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import math
 import os
 import random
 import time
@@ -34,15 +33,7 @@ from fsm.locks import ChannelLockRegistry
 from fsm.machine import shared_machine
 from fsm.prefill import TurnRequest
 from fsm.result import TurnResult
-from fsm.runner import (
-    Played,
-    first_difference,
-    play,
-    play_virtual,
-    replay_difference,
-    run_virtual,
-    split_journal,
-)
+from fsm.runner import Played, play, replay_difference, run_virtual
 from fsm.scenario import parse_scenario
 from fsm.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
 from fsm.stash import ContextStash
@@ -59,12 +50,6 @@ EPS = 2e-6
 """Float equality for virtual times: looptime's clock ticks in whole microseconds (a time off
 that grid happens on the next tick) and the journal rounds to 6 decimals; not a timing
 margin."""
-
-KNOWN_ENGINE_BUGS: dict[str, str] = {}
-"""Engine bugs reported to the lead, each with a strict xfail test. While one is listed here
-the oracle skips only the assertion that bug breaks (so the broad tests still catch any other
-regression); once the engine is fixed its xfail test passes, fails as strict, and the entry
-must be removed so the oracle checks it again."""
 
 TERMINAL_NAMES = frozenset(s.value for s in TERMINAL)
 EDGES = edge_keys()
@@ -187,10 +172,10 @@ def gen_config(r: Rand) -> dict[str, Any]:
 
 
 def _time(r: Rand, b: Budgets, previous: float) -> float:
-    """Mostly short gaps, so turns get far; sometimes a gap right around a budget; and, once
-    the engine handles them, times off the virtual clock's grid (as recorded journals have)."""
+    """Mostly short gaps, so turns get far; sometimes a gap right around a budget; and times
+    off the virtual clock's grid, as recorded journals have them."""
     gap = r.choice(b.gaps()) if r.chance(15) else r.choice((0.0, 0.5, 1.0, 2.5))
-    if "deadline_livelock_off_grid" not in KNOWN_ENGINE_BUGS and r.chance(20):
+    if r.chance(20):
         gap += r.choice((0.1, 1e-6, 0.333333, 5.660298))
     return previous + gap
 
@@ -438,9 +423,6 @@ def _check_played(played: Played, raw: dict[str, Any]) -> None:
     timeout_kind: str | None = None
     if last["to"] == "TimedOut":
         phase = "first_token" if lines[-2]["event"] == "first_token_timeout" else "idle"
-        if "timeout_phase_not_reset" in KNOWN_ENGINE_BUGS and phase == "first_token" \
-                and any(line["event"] == "first_token" for line in lines):
-            phase = result.metrics[0]["phase"] if result.metrics else phase
         assert result.metrics == [{"name": "stream_sdk_timeout", "phase": phase}]
         timeout_kind = f"timeout_{phase}"
     else:
@@ -542,8 +524,6 @@ def _settle_delays(schedule: list[tuple[float, Any]], aborted_at: float) -> set[
                 return delays
         elif _close(t, aborted_at):
             delays.add(0.0)
-            if step.kind != "text" and "stream_end_in_settling_ignored" in KNOWN_ENGINE_BUGS:
-                delays.add(math.inf)
     return delays | {0.0}
 
 
@@ -597,29 +577,8 @@ def play_and_check(raw: dict[str, Any], replay: bool = True) -> Played:
     if replay:
         document = json.loads(json.dumps(jsonable(played.journal(raw)), ensure_ascii=False))
         difference = replay_difference(document, "generated")
-        if difference is not None and "stash_key_in_review_log" in KNOWN_ENGINE_BUGS \
-                and difference.startswith("result.review_log"):
-            difference = _replay_difference_without_review_keys(document)
         assert difference is None, f"replay differs: {difference}\nscenario: {json.dumps(raw)}"
     return played
-
-
-def _replay_difference_without_review_keys(document: dict[str, Any]) -> str | None:
-    """The replay comparison with only the (random) stash keys of the review log masked."""
-    scenario, transitions, result = split_journal(document, "generated")
-    replayed = play_virtual(scenario)
-    return first_difference(transitions, replayed.transitions, "journal") or first_difference(
-        _mask_review_keys(result), _mask_review_keys(jsonable(replayed.result.as_dict())),
-        "result")
-
-
-def _mask_review_keys(result: dict[str, Any]) -> dict[str, Any]:
-    masked = json.loads(json.dumps(result))
-    for entry in masked.get("review_log", []):
-        data = entry.get("result", {}).get("data")
-        if isinstance(data, dict) and "pending_context_key" in data:
-            data["pending_context_key"] = "<stash key>"
-    return dict(masked)
 
 
 # ------------------------------------------------------------------------ hand-built turns
@@ -692,8 +651,6 @@ async def finish(turn: Turn, task: asyncio.Task[TurnResult] | None = None,
     assert result.state == turn.state
     current = asyncio.current_task()
     left = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
-    if "provider_stream_not_closed" in KNOWN_ENGINE_BUGS:
-        left = [t for t in left if type(t.get_coro()).__name__ != "async_generator_athrow"]
     if engine_tasks_only:
         left = [t for t in left if t.get_name().startswith(f"{turn.turn_id}-")]
     assert len(left) <= allow_left, f"tasks outlived the turn: {[t.get_name() for t in left]}"
@@ -799,14 +756,6 @@ def _rss_kib() -> int:
     return 0
 
 
-def _start_time(rng: random.Random, spread_s: float) -> float:
-    """When a soak turn starts; on a 1/8 s grid while the off-grid deadline bug is open."""
-    start = rng.uniform(0.0, spread_s)
-    if "deadline_livelock_off_grid" in KNOWN_ENGINE_BUGS:
-        start = round(start * 8) / 8
-    return start
-
-
 async def _settle_loop() -> None:
     """Let the loop drop its last handle (it pins the last gather), then collect."""
     for _ in range(3):
@@ -815,7 +764,7 @@ async def _settle_loop() -> None:
 
 
 async def soak(
-    turns: int, seed: int, spread_s: float = 30.0, warmup: int | None = None
+    turns: int, seed: int, spread_s: float = 1.0, warmup: int | None = None
 ) -> SoakReport:
     """Play two rounds of `turns` generated scenarios each (random faults: stalls, kills,
     follow-ups, raising providers, hanging and failing tools, stash misses), the turns of a
@@ -849,7 +798,7 @@ async def soak(
 
     async def batch(count: int, name: str, live: weakref.WeakSet[Turn]) -> None:
         raws = [gen_scenario(SeededRand(rng), f"{name}-{i}") for i in range(count)]
-        await asyncio.gather(*(one(raw, _start_time(rng, spread_s), live) for raw in raws))
+        await asyncio.gather(*(one(raw, rng.uniform(0.0, spread_s), live) for raw in raws))
 
     live: weakref.WeakSet[Turn] = weakref.WeakSet()
     await batch(turns if warmup is None else warmup, "warmup", live)

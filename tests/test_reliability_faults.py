@@ -2,8 +2,8 @@
 asserts the terminal state SPEC.md implies, the exact virtual time it is reached, and that
 nothing (worker, timer, kill handle, progress callback, lock) outlives the turn.
 
-Cells whose engine behaviour contradicts SPEC.md are strict xfails naming the bug; the lead
-fixes the engine and then removes the mark (and the entry in KNOWN_ENGINE_BUGS)."""
+Cells whose engine behaviour contradicted SPEC.md were strict xfails naming the bug until the
+engine was fixed (RELIABILITY.md lists them); they now keep those bugs fixed."""
 
 from __future__ import annotations
 

@@ -37,12 +37,7 @@ from providers.openai import ChatCompletionsDecoder
 from providers.sse import SSEComment, SSEEvent, SSEParser, json_payload
 
 from engine_support import ROOT
-from reliability_support import (
-    KNOWN_ENGINE_BUGS,
-    play_and_check,
-    reliability_settings,
-    scenarios,
-)
+from reliability_support import play_and_check, reliability_settings, scenarios
 
 FIXTURES = Path("/work/shared/fixtures/sse")
 PROVIDER_EVENTS = (TextDelta, ReasoningDelta, KeepAlive, ToolCallRequest, Usage, Finish,
@@ -104,22 +99,9 @@ def mutated_scenarios(draw: st.DrawFn) -> dict[str, Any]:
     if isinstance(parent, dict) and draw(st.booleans()):
         del parent[target[-1]]
     else:
-        parent[target[-1]] = _on_grid(draw(json_values(finite_scalars)))
+        parent[target[-1]] = draw(json_values(finite_scalars))
     return mutated
 
-
-def _on_grid(value: Any) -> Any:
-    """While the off-grid deadline livelock is open (KNOWN_ENGINE_BUGS), floats are put on a
-    1/8 s grid so a mutated time cannot hang the suite; afterwards values pass unchanged."""
-    if "deadline_livelock_off_grid" not in KNOWN_ENGINE_BUGS:
-        return value
-    if isinstance(value, float):
-        return round(value * 8) / 8
-    if isinstance(value, list):
-        return [_on_grid(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _on_grid(item) for key, item in value.items()}
-    return value
 
 
 @reliability_settings(ci_examples=400)
@@ -388,3 +370,13 @@ def test_decoders_on_mutated_recorded_streams(case: tuple[str, list[tuple[str, s
         if isinstance(event, Usage):
             for value in (event.input_tokens, event.output_tokens, event.total_tokens):
                 assert value is None or (isinstance(value, int) and not math.isnan(value))
+
+
+@pytest.mark.parametrize("choices", [True, -1, 1.5])
+def test_openai_decoder_on_choices_that_are_not_a_list(choices: Any) -> None:
+    # covers S8 and the provider contract: a malformed event is an error event, not a raise
+    # (found by the decoder fuzz in the nightly profile; fixed in 36b3d47)
+    decoder = ChatCompletionsDecoder()
+    out = decoder.feed(SSEEvent(json.dumps({"object": "chat.completion.chunk",
+                                            "choices": choices})))
+    assert [type(event) for event in out] == [ProviderError]

@@ -35,7 +35,7 @@ from fsm.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResu
 from fsm.turn import Turn
 
 from engine_support import check_invariants
-from reliability_support import KNOWN_ENGINE_BUGS, check_walk, reliability_settings
+from reliability_support import check_walk, reliability_settings
 
 CHANNEL = "stateful"
 A, S, ST, TC = "AwaitingFirstToken", "Streaming", "Settling", "ToolCall"
@@ -150,7 +150,6 @@ class Model:
     passes: int = 0
     deadline: float | None = None
     phase: str = "first_token"
-    tokens_seen: bool = False
     parts: list[str] = field(default_factory=list)
     landed: list[str] = field(default_factory=list)
     closed: list[str] = field(default_factory=list)
@@ -227,7 +226,6 @@ class Model:
         if self.state == A:
             self.go("first_token", S)
             self.phase = "idle"
-            self.tokens_seen = True
 
     def stream_end(self, kind: str, calls: list[str]) -> None:
         if kind == "tool_call" and calls:
@@ -532,11 +530,9 @@ class LiveTurn(RuleBasedStateMachine):
         assert len(result.passes) == model.passes
         assert result.follow_up_queued == model.queued
         assert result.flags["disable_youtube_processing"] == model.youtube_used
-        reported = (result.notices, result.deferred_notice, result.metrics)
-        expected = (model.notices, model.deferred, model.metrics)
-        if "timeout_phase_not_reset" in KNOWN_ENGINE_BUGS and model.tokens_seen:
-            reported, expected = _as_idle(reported), _as_idle(expected)
-        assert reported == expected
+        assert result.notices == model.notices
+        assert result.deferred_notice == model.deferred
+        assert result.metrics == model.metrics
         assert self.locks is not None
         self.locks.release(turn.lock)
         check_walk(turn)
@@ -552,17 +548,6 @@ class LiveTurn(RuleBasedStateMachine):
         finally:
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
-
-
-def _as_idle(report: Any) -> Any:
-    """The report with every timeout phase read as idle (the known phase bug)."""
-    if isinstance(report, str):
-        return report.replace("first_token", "idle")
-    if isinstance(report, (list, tuple)):
-        return type(report)(_as_idle(item) for item in report)
-    if isinstance(report, dict):
-        return {key: _as_idle(value) for key, value in report.items()}
-    return report
 
 
 @dataclass
