@@ -46,7 +46,10 @@ class Notice:
 
 
 class TurnChannel(Protocol):
-    """The channel a turn replies in."""
+    """The channel a turn replies in.
+
+    A channel that buffers may also expose `delivered_text: str`, everything it has really
+    sent so far; the turn then reports that, not what it handed over, as delivered (D2)."""
 
     async def deliver(self, text: str) -> None:
         """Stream visible text to the channel (may buffer to natural boundaries)."""

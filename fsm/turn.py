@@ -142,6 +142,7 @@ class Turn:
         self._run: PassRun | None = None
         self._final_text = ""
         self._delivered: list[str] = []
+        self._channel_mark = 0
         self._settle_deadline: float | None = None
         self._timeout_phase = "first_token"
         self._calls: deque[ToolCallRequest] = deque()
@@ -169,6 +170,7 @@ class Turn:
         machine = shared_machine()
         machine.add_model(self, initial=State.PREPARING.value)
         self.lock.turn_kill = self.request_stop
+        self._channel_mark = len(_channel_delivered(self.channel) or "")
         try:
             await self._drive()
         finally:
@@ -218,13 +220,22 @@ class Turn:
             notices=list(self.notices),
             deferred_notice=self.deferred_notice,
             metrics=list(self.metrics),
-            delivered_text="".join(self._delivered),
+            delivered_text=self._delivered_text(),
             error=self.error,
             thoughts={"owner": self.request.owner,
                       "log": [p.reasoning for p in self._passes if p.reasoning]},
             review_log=list(self.review_log),
             follow_up_queued=self.follow_up_queued,
         )
+
+    def _delivered_text(self) -> str:
+        """What reached the channel during this turn: the channel's own account when it
+        keeps one (a Discord channel buffers, so accepting a chunk is not sending it),
+        else the text every pass handed over (D2, G1)."""
+        sent = _channel_delivered(self.channel)
+        if sent is not None:
+            return sent[self._channel_mark:]
+        return "".join(self._delivered)
 
     # ----------------------------------------------------------------- the driver
 
@@ -803,6 +814,12 @@ class Turn:
         if self.lock.turn_kill == self.request_stop:
             self.lock.turn_kill = None
         self.mailbox.clear()
+
+
+def _channel_delivered(channel: TurnChannel) -> str | None:
+    """The channel's record of the text it actually delivered, if it keeps one."""
+    text = getattr(channel, "delivered_text", None)
+    return text if isinstance(text, str) else None
 
 
 def _without_stash_key(result: dict[str, Any]) -> dict[str, Any]:

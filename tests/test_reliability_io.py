@@ -166,11 +166,7 @@ async def test_discord_failed_send_ends_done_error_and_releases_the_lock() -> No
         assert channel.delivered_text == "" and emu.sent() == []
         assert turn.transitions[-1]["event"] == "crash"
     await _no_task_left()
-@pytest.mark.xfail(strict=True, reason="BUG fsm/stream_pass.py stream_worker (with discord_io "
-                   "DiscordChannel): the engine counts a chunk as delivered once "
-                   "`channel.deliver` returns, but DiscordChannel.deliver only buffers; after a "
-                   "failed send TurnResult.delivered_text holds text Discord never received, and "
-                   "a fallback (G1) would continue after text the user never saw")
+
 
 async def test_discord_failed_send_delivered_text_is_what_discord_received() -> None:
     # covers G1, S10, D2: the delivered text a fallback continues from is what was sent
