@@ -12,7 +12,6 @@ import base64
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -183,15 +182,11 @@ class JournalRecorder:
         }
 
 
-def transition_lines(transitions: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [dict(t) for t in transitions]
-
-
 def journal_document(scenario: dict[str, Any], transitions: list[dict[str, Any]],
                      result: dict[str, Any]) -> dict[str, Any]:
     """A recorded journal: the scenario fields that reproduce it, the transitions, the result."""
     doc = {k: v for k, v in scenario.items() if k not in ("journal", "result", "expect")}
-    doc["journal"] = transition_lines(transitions)
+    doc["journal"] = [dict(t) for t in transitions]
     doc["result"] = result
     return doc
 

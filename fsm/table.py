@@ -118,9 +118,6 @@ CRASH_SOURCES: frozenset[str] = frozenset(
     src.value for edge in TABLE if edge.trigger == "crash" for src in edge.sources
 )
 TRIGGERS: tuple[str, ...] = tuple(dict.fromkeys(edge.trigger for edge in TABLE))
-GUARDS: tuple[str, ...] = tuple(
-    dict.fromkeys(g for edge in TABLE for g in (*edge.guards, *edge.unless))
-)
 
 
 def edge_keys() -> set[tuple[str, str, str]]:
