@@ -7,12 +7,17 @@ they really are. Decoding is CPU work, so callers run these functions in a threa
 from __future__ import annotations
 
 import io
+import struct
 from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
 
 MAX_PIXELS = 16 * 1024 * 1024
 MAX_TOTAL_PIXELS = 256 * 1024 * 1024  # all frames a seek may have to decode
+MAX_FRAMES = 5000
+"""A GIF declares no frame count: frames are found by walking them, and reaching a keyframe
+decodes every frame before it, so the work grows with the count even when the frames are
+tiny (a 9 MB file holds 600,000 one-pixel frames: 8 s of CPU in a thread nothing can stop)."""
 DEFAULT_MAX_SIDE = 512
 
 STILL_MIMES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
@@ -21,6 +26,12 @@ ANIMATED_FORMATS = frozenset({"GIF", "WEBP", "PNG"})
 
 class MediaError(ValueError):
     """Bytes that are not a usable image; the message is safe to show the model."""
+
+
+_DAMAGED = (OSError, ValueError, EOFError, IndexError, SyntaxError, struct.error)
+"""What Pillow raises on broken files: besides OSError, a GIF cut short fails its frame walk
+with IndexError or struct.error, a PNG with a broken chunk with SyntaxError, a bad header
+with ValueError."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +48,8 @@ def _open(data: bytes) -> Image.Image:
         raise MediaError("the file is not an image") from exc
     except Image.DecompressionBombError as exc:
         raise MediaError("the image is too large") from exc
+    except _DAMAGED as exc:
+        raise MediaError("the image is damaged") from exc
     if image.width * image.height > MAX_PIXELS:
         raise MediaError("the image is too large")
     return image
@@ -50,7 +63,7 @@ def image_mime(data: bytes) -> str:
         raise MediaError(f"unsupported image format {image.format or 'unknown'}")
     try:
         image.load()
-    except (OSError, ValueError) as exc:
+    except _DAMAGED as exc:
         raise MediaError("the image is damaged") from exc
     return mime
 
@@ -63,17 +76,35 @@ def _evenly(total: int, count: int) -> list[int]:
     )
 
 
+def _frame_count(image: Image.Image) -> int:
+    """The number of frames, counted up to `MAX_FRAMES + 1` at most (Pillow's `n_frames`
+    walks every frame of a GIF, however many there are)."""
+    if image.format != "GIF":
+        return int(getattr(image, "n_frames", 1))
+    count = 1
+    try:
+        while count <= MAX_FRAMES:
+            image.seek(count)
+            count += 1
+    except EOFError:
+        pass
+    image.seek(0)
+    return count
+
+
 def keyframes(data: bytes, *, count: int = 4, max_side: int = DEFAULT_MAX_SIDE) -> Keyframes:
     """Up to `count` frames spread over an animation, as PNGs no larger than `max_side`."""
     image = _open(data)
-    animated = image.format in ANIMATED_FORMATS and bool(getattr(image, "is_animated", False))
-    if image.format != "GIF" and not animated:
-        raise MediaError(f"not a GIF or animation (got {image.format or 'unknown'})")
-    total = int(getattr(image, "n_frames", 1))
-    if total * image.width * image.height > MAX_TOTAL_PIXELS:
-        raise MediaError("the animation is too large")
     frames: list[bytes] = []
     try:
+        animated = image.format in ANIMATED_FORMATS and bool(getattr(image, "is_animated", False))
+        if image.format != "GIF" and not animated:
+            raise MediaError(f"not a GIF or animation (got {image.format or 'unknown'})")
+        total = _frame_count(image)
+        if total > MAX_FRAMES:
+            raise MediaError(f"the animation has more than {MAX_FRAMES} frames")
+        if total * image.width * image.height > MAX_TOTAL_PIXELS:
+            raise MediaError("the animation is too large")
         for index in _evenly(total, max(1, count)):
             image.seek(index)
             frame = image.convert("RGBA")
@@ -81,6 +112,10 @@ def keyframes(data: bytes, *, count: int = 4, max_side: int = DEFAULT_MAX_SIDE) 
             out = io.BytesIO()
             frame.save(out, format="PNG")
             frames.append(out.getvalue())
-    except (OSError, ValueError, EOFError) as exc:
+    except MediaError:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise MediaError("the animation is too large") from exc
+    except _DAMAGED as exc:
         raise MediaError("the animation is damaged") from exc
     return Keyframes(frames=frames, total_frames=total, source_format=image.format or "")
