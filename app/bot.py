@@ -143,8 +143,7 @@ class TurnBot:
         lock.follow_up_interrupts = self.chain_interrupts.get(channel_id, 0)
         typing.start()
         try:
-            history = await recent_messages(message.channel, limit=self.history_limit + 1,
-                                            before=None)
+            history = await self._read_history(message, lock)
             items[:] = dialogue_items(history, bot_user_id=self.bot_id,
                                       limit=self.history_limit)
             request = TurnRequest(context_items=items, system_prompt=self.system_prompt,
@@ -161,6 +160,30 @@ class TurnBot:
             await typing.stop()
             await channel.aclose()
             self._write_journals(turns, items_of=message)
+
+    async def _read_history(self, message: discord.Message, lock: ChannelLock
+                            ) -> list[discord.Message]:
+        """The channel's recent messages. The engine turn is not running yet, so the lock's
+        kill cancels the read (D3): after /kill the turn starts without history and stops at
+        once in Preparing; after a stale release it is abandoned."""
+        read = asyncio.create_task(recent_messages(message.channel,
+                                                   limit=self.history_limit + 1, before=None),
+                                   name=f"history:{message.channel.id}")
+
+        def kill(_reason: str) -> None:
+            read.cancel()
+
+        lock.turn_kill = kill
+        try:
+            return await read
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not lock.stop_requested or lock.released or (current and current.cancelling()):
+                raise
+            return []
+        finally:
+            if lock.turn_kill is kill:
+                lock.turn_kill = None
 
     def _carry_interrupts(self, channel_id: str, lock: ChannelLock) -> None:
         """Follow-up interrupts count against the cap for as long as the channel stays busy

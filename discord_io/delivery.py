@@ -21,6 +21,7 @@ import discord
 
 from fsm.channel import Notice, NoticeKind, TurnChannel
 
+from .rate_limits import guard_global_rate_limit
 from .splitting import MESSAGE_LIMIT, Chunk, StreamSplitter
 from .typing_indicator import TypingIndicator
 
@@ -114,6 +115,7 @@ class DiscordChannel(TurnChannel):
         self.notices: list[DeliveredMessage] = []
         self.failure: DeliveryError | None = None
         self._client = client
+        guard_global_rate_limit(client)  # `aclose` and a cancelled turn cancel sends in flight
         self._messageable = client.get_partial_messageable(channel_id)
         self._splitter = StreamSplitter(limit)
         self._outbox: deque[_Outgoing] = deque()
@@ -321,11 +323,17 @@ class DiscordChannel(TurnChannel):
         self._idle = None
 
     async def _idle_flush(self, idle_s: float) -> None:
-        """When the stream pauses, send what is complete up to the last paragraph break."""
+        """When the stream pauses, send what is complete up to the last paragraph break.
+
+        Compared with the deadline waited for, not with the clock: a deadline a rounding error
+        past the loop's clock (text at 5.660298 s + 5 s) is due for the loop but would stay
+        ahead of `loop.time()`, and re-sleeping for it spins forever on a virtual clock."""
         loop = asyncio.get_running_loop()
+        waited: float | None = None
         while self._splitter.pending:
             deadline = self._last_text_at + idle_s
-            if loop.time() < deadline:
+            if deadline != waited:  # the first wait, or text came in since: wait again
+                waited = deadline
                 await asyncio.sleep(deadline - loop.time())
                 continue
             for chunk in self._splitter.flush_boundary():
