@@ -1,10 +1,12 @@
 """Stateful model-based test: Hypothesis drives a live `Turn` step by step on a virtual-time
 loop, through a provider and tools the test controls (chunks, keep-alives, ends, errors,
-garbage, tool outcomes), with kills, channel stop flags and follow-ups at chosen instants,
-and compares it after every step with a reference model of SPEC.md written from the spec,
-not from the engine: same state, same journal (every transition at its exact time), same
-armed deadline, same delivered text, lock and watchdog as S6/S7 say; at the end, the same
-result."""
+content-filter blocks and refusals, garbage, tool calls incl. truncated ones, tool outcomes,
+inline, stashed and message-metadata context restarts, reactor look-ups), with kills, channel
+stop flags and follow-ups at chosen instants, and compares it after every step with a
+reference model of SPEC.md written from the spec, not from the engine: same state, same
+journal (every transition at its exact time), same armed deadline, same delivered text, the
+same request for every pass (context items, tool history, request-only notices, tools
+offered), the same stash, lock and watchdog as S6/S7 say; at the end, the same result."""
 
 from __future__ import annotations
 
@@ -16,11 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import looptime
+import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from fsm.config import TurnConfig
 from fsm.locks import ChannelLockRegistry
+from fsm.metadata import tail_directive
+from fsm.prefill import TurnRequest
 from fsm.provider import (
     AbortSignal,
     Finish,
@@ -30,15 +35,18 @@ from fsm.provider import (
     TextDelta,
     ToolCallRequest,
 )
-from fsm.scripted import InMemoryChannel
+from fsm.restart import METADATA_TAIL_DIRECTIVE
+from fsm.runner import run_virtual
+from fsm.scenario import HistoryMessage, Reaction, parse_scenario
+from fsm.scripted import InMemoryChannel, history_items
 from fsm.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
-from fsm.turn import Turn
+from fsm.turn import Turn, already_sent_notice
 
 from engine_support import check_invariants
-from reliability_support import check_walk, reliability_settings
+from reliability_support import build_turn, check_walk, finish, reliability_settings
 
 CHANNEL = "stateful"
-A, S, ST, TC = "AwaitingFirstToken", "Streaming", "Settling", "ToolCall"
+A, S, ST, TC, CR = "AwaitingFirstToken", "Streaming", "Settling", "ToolCall", "ContextRestart"
 TERMINAL = ("Done", "TimedOut", "Stopped")
 CONFIGS: tuple[dict[str, Any], ...] = (
     {"first_token_timeout_s": 40, "idle_timeout_s": 20, "settle_timeout_s": 5,
@@ -56,6 +64,38 @@ STEPS = st.sampled_from((0.125, 0.5, 1.0, 3.0, 9.0, 17.0, 41.0))
 TEXTS = st.sampled_from(("Hi", " there", "\n", "✓ ünï", "x" * 30))
 END = object()
 
+B18_OPEN = True
+"""B18 (open, see `test_b18_*`): when the reactor look-ups of a `reveal_message_metadata`
+restart outlive the tool budget, `fsm/turn.py` `_restart_timed_out` goes on without annotating
+the dialogue at all (and counts none of the look-ups made) while still appending the directive
+that says the metadata was revealed. While open, the model predicts that; remove with the fix
+(the model then predicts the dialogue annotated with reaction counts only, R6)."""
+
+# the channel's recent dialogue: one message with a reaction to look up, one replying to it
+HISTORY = [
+    HistoryMessage(id="m1", author="ana", content="look at this", at="2026-11-30T12:00:00Z",
+                   reactions=[Reaction(emoji="👍", users=["bo", "cy"])]),
+    HistoryMessage(id="m2", author="bo", content="nice", at="2026-11-30T12:01:00Z",
+                   reply_to="m1"),
+]
+REACTORS = ["bo", "cy"]
+TOOL_NAMES = ("work", "watch", "peek", "reveal")
+GUARDS = {"watch": "youtube", "peek": "image", "reveal": "message_metadata"}
+FLAG_OF = {"youtube": "disable_youtube_processing", "image": "disable_profile_picture_processing",
+           "message_metadata": "disable_message_metadata_context", "gif": "disable_gif_processing"}
+INLINE_ITEM = {"role": "user", "content": "<video summary>"}
+STASHED_ITEM = {"role": "user", "parts": [{"type": "text", "text": "<avatar>"}]}
+JUNK_ITEM = {"not": "an item"}
+OVERLOADED = ProviderError(kind="provider_stream_error", message="overloaded")
+BLOCKED = ProviderError(kind="blocked", type="content_filter",
+                        message="the provider's content filter stopped the reply")
+CALLS = st.lists(
+    st.tuples(st.sampled_from((*TOOL_NAMES, "missing", "", "reveal", "peek", "watch")),
+              st.sampled_from((False, False, False, False, True)),  # cut off by the provider
+              st.sampled_from(("valid", "junk"))),  # what `peek` stashes
+    min_size=1, max_size=2)
+Call = tuple[str, bool, str]
+
 
 class Raise:
     """Queued into a controlled stream: raise instead of yielding."""
@@ -68,8 +108,9 @@ class ControlledStream:
     """One provider pass whose events the test pushes. With `prompt`, the stream ends as soon
     as the abort fires (a well-behaved adapter); otherwise only when the test ends it."""
 
-    def __init__(self, abort: AbortSignal, prompt: bool) -> None:
+    def __init__(self, request: PassRequest, abort: AbortSignal, prompt: bool) -> None:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.request = request
         self.abort = abort
         if prompt:
             abort.add_callback(lambda: self.queue.put_nowait(END))
@@ -94,22 +135,29 @@ class ControlledProvider:
         self.streams: list[ControlledStream] = []
 
     def stream(self, request: PassRequest, abort: AbortSignal) -> AsyncIterator[Any]:
-        stream = ControlledStream(abort, self.prompt)
+        stream = ControlledStream(request, abort, self.prompt)
         self.streams.append(stream)
         return stream.events()
 
 
 class ControlledTools:
-    """`work` (plain) and `watch` (a youtube enrichment, guarded by its flag): each call waits
+    """`work` (plain), `watch` (a youtube enrichment, inline transport), `peek` (a profile
+    picture: stashes its item as it starts, returns only the key, R3) and `reveal` (the
+    message-metadata reveal, R6), the enrichments guarded by their flags: each call waits
     until the test resolves it."""
 
     def __init__(self) -> None:
         self.pending: asyncio.Future[str] | None = None
+        self.runs: list[str] = []
         self.registry = ToolRegistry([
             FunctionTool[AnyArgs](name="work", description="plain", args_model=AnyArgs,
                                   func=self._work),
             FunctionTool[AnyArgs](name="watch", description="enrich", args_model=AnyArgs,
                                   func=self._watch, guard="youtube"),
+            FunctionTool[AnyArgs](name="peek", description="enrich", args_model=AnyArgs,
+                                  func=self._peek, guard="image"),
+            FunctionTool[AnyArgs](name="reveal", description="enrich", args_model=AnyArgs,
+                                  func=self._reveal, guard="message_metadata"),
         ])
 
     async def _wait(self) -> str:
@@ -120,15 +168,53 @@ class ControlledTools:
             self.pending = None
 
     async def _work(self, _args: AnyArgs, _ctx: ToolContext) -> ToolResult:
+        self.runs.append("work")
         return _outcome(await self._wait(), {"n": 1})
 
     async def _watch(self, _args: AnyArgs, _ctx: ToolContext) -> ToolResult:
-        return _outcome(await self._wait(), {
-            "type": "context_restart_youtube",
-            "enhanced_context_item": {"role": "user", "content": "<video summary>"}})
+        self.runs.append("watch")
+        outcome = await self._wait()
+        if outcome == "bad_inline":  # a malformed item: an ordinary result, no restart (R1)
+            return ToolResult.ok({"type": "context_restart_youtube",
+                                  "enhanced_context_item": {"no_role": True}})
+        return _outcome(outcome, {"type": "context_restart_youtube",
+                                  "enhanced_context_item": dict(INLINE_ITEM)})
+
+    async def _peek(self, args: AnyArgs, ctx: ToolContext) -> ToolResult:
+        self.runs.append("peek")
+        item = STASHED_ITEM if args.model_dump().get("item") == "valid" else JUNK_ITEM
+        key = ctx.stash.put(copy.deepcopy(item))
+        outcome = await self._wait()
+        if outcome == "drained":  # someone took it first: the key no longer resolves (R5)
+            ctx.stash.take(key)
+        return _outcome(outcome, {"type": "context_restart_image", "pending_context_key": key})
+
+    async def _reveal(self, _args: AnyArgs, _ctx: ToolContext) -> ToolResult:
+        self.runs.append("reveal")
+        return _outcome(await self._wait(), {"type": "context_restart_message_metadata"})
+
+
+class ControlledChannel(InMemoryChannel):
+    """The in-memory channel, whose reactor look-ups (R6) wait until the test answers."""
+
+    def __init__(self) -> None:
+        super().__init__(HISTORY)
+        self.lookup: asyncio.Future[str] | None = None
+
+    async def fetch_reactors(self, message_id: str, emoji: str, limit: int) -> list[str]:
+        self.reactor_lookups += 1
+        self.lookup = asyncio.get_running_loop().create_future()
+        try:
+            answer = await self.lookup
+        finally:
+            self.lookup = None
+        if answer == "fail":
+            raise ConnectionError("the look-up failed")
+        return await super().fetch_reactors(message_id, emoji, limit)
 
 
 def _outcome(kind: str, data: Any) -> ToolResult:
+    """`ok` (and the variants only some tools distinguish) succeeds with `data`."""
     if kind == "raise":
         raise RuntimeError("tool broke")
     if kind == "garbage":
@@ -153,15 +239,20 @@ class Model:
     parts: list[str] = field(default_factory=list)
     landed: list[str] = field(default_factory=list)
     closed: list[str] = field(default_factory=list)
+    pass_status: list[str] = field(default_factory=list)
+    pass_errors: list[dict[str, Any] | None] = field(default_factory=list)
     channel: str = ""
-    calls: deque[str] = field(default_factory=deque)
+    calls: deque[Call] = field(default_factory=deque)
     tool: str | None = None
+    tool_item: str = "valid"
+    runs: list[str] = field(default_factory=list)
     errors: int = 0
-    youtube_used: bool = False
+    used: set[str] = field(default_factory=set)
     lock_stop: bool = False
     interrupts: int = 0
     queued: bool = False
     status: str | None = None
+    error: str | None = None
     text: str = ""
     notices: list[str] = field(default_factory=list)
     deferred: str | None = None
@@ -169,6 +260,16 @@ class Model:
     transitions: list[dict[str, Any]] = field(default_factory=list)
     internal: list[dict[str, Any]] = field(default_factory=list)
     tie: bool = False
+    # what the next pass is asked with (S1, T7, R1, R6-R8)
+    context: list[dict[str, Any]] = field(default_factory=lambda: history_items(HISTORY))
+    history: list[str] = field(default_factory=list)
+    turn_notices: list[str] = field(default_factory=list)
+    pre_tool_text: str = ""
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    added: int = 0
+    lookups: int = 0
+    looking_up: bool = False
+    stashed: list[float] = field(default_factory=list)  # when each item still held was put
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -186,18 +287,29 @@ class Model:
     def stay(self, event: str) -> None:
         self.internal.append({"t": self.now - self.t0, "event": event, "state": self.state})
 
-    def close_pass(self, include_landed: bool) -> None:
+    def close_pass(self, include_landed: bool, status: str,
+                   error: dict[str, Any] | None = None) -> None:
         text = "".join(self.parts) + ("".join(self.landed) if include_landed else "")
         self.closed.append(text)
+        self.pass_status[-1] = status
+        self.pass_errors[-1] = error
         self.text = text
 
-    def end(self, event: str, dest: str, status: str, include_landed: bool = False) -> None:
+    def end(self, event: str, dest: str, status: str, include_landed: bool = False,
+            error: dict[str, Any] | None = None) -> None:
         if self.state in (A, S, ST):
-            self.close_pass(include_landed)
+            self.close_pass(include_landed, status, error)
         self.go(event, dest)
         self.status = status
         self.deadline = None
         self.tool = None
+
+    def live_stash(self) -> int:
+        """Items still in the stash: each lives at most the stash TTL (R3)."""
+        return sum(1 for at in self.stashed if self.now - at < self.cfg.stash_ttl_s)
+
+    def flags(self) -> dict[str, bool]:
+        return {flag: kind in self.used for kind, flag in FLAG_OF.items()}
 
     # ------------------------------------------------------------------ flow
 
@@ -213,8 +325,16 @@ class Model:
             self.deadline = self.now + self.cfg.first_token_timeout_s
             self.phase = "first_token"
             self.parts, self.landed = [], []
+            self.pass_status.append("function_call")
+            self.pass_errors.append(None)
             if self.passes == self.cfg.soft_warn_iteration:
                 self.notices.append("still_working")
+            # the request: the context with every enrichment so far, the tool history, the
+            # turn's request-only notices, the tools their flags still allow (S1, R7, R8, T7)
+            self.requests.append({
+                "context": copy.deepcopy(self.context), "history": list(self.history),
+                "notices": list(self.turn_notices),
+                "tools": [n for n in TOOL_NAMES if GUARDS.get(n) not in self.used]})
 
     def token(self, text: str) -> None:
         self.channel += text
@@ -227,47 +347,69 @@ class Model:
             self.go("first_token", S)
             self.phase = "idle"
 
-    def stream_end(self, kind: str, calls: list[str]) -> None:
+    def stream_end(self, kind: str, calls: list[Call]) -> None:
         if kind == "tool_call" and calls:
-            self.close_pass(False)
+            self.pre_tool_text = "".join(self.parts)
+            self.close_pass(False, "function_call")
             self.go("tool_call", TC)
             self.calls = deque(calls)
             self.dispatch()
-        elif kind == "error":
-            self.end("provider_error", "Done", "error")
+        elif kind in ("error", "blocked"):
+            error = BLOCKED if kind == "blocked" else OVERLOADED
+            self.error = f"{error.kind}: {error.message}"
+            self.end("provider_error", "Done", "error", error=error.as_dict())
         elif kind == "raise":
+            self.error = "ConnectionResetError: reset"
             self.end("crash", "Done", "error")
-        elif self.parts:
+        elif self.parts:  # completed, or a refusal after text: the text is the answer
             self.end("completed", "Done", "completed")
         else:
             self.end("empty", "Done", "empty_response")
 
     def dispatch(self) -> None:
-        name = self.calls.popleft()
+        """The next queued call: refused without running when the provider cut its arguments
+        off (T4), the tool is unknown, or its enrichment was used this turn (R8)."""
+        name, truncated, item = self.calls.popleft()
         if not name:
             self.go("nameless_call", "Done")
             self.status = "error"
-        elif name == "missing" or (name == "watch" and self.youtube_used):
-            self.tool_done(False, restart=False, event="tool_result")
+            self.error = "the provider returned a function call without a tool name"
+        elif truncated or name == "missing" or GUARDS.get(name) in self.used:
+            self.tool_done(name, False, event="tool_result")
         else:
             self.tool = name
+            self.tool_item = item
+            self.runs.append(name)
             self.deadline = self.now + self.cfg.tool_timeout_s
+            if name == "peek":
+                self.stashed.append(self.now)
 
-    def tool_done(self, success: bool, restart: bool, event: str) -> None:
+    def tool_returns(self, outcome: str) -> None:
+        """The running tool's outcome, as each tool reads it."""
+        name, item = self.tool, self.tool_item
+        assert name is not None
+        ok = outcome not in ("fail", "raise", "garbage")
+        if ok and name == "watch" and outcome != "bad_inline":
+            self.restart("youtube", dict(INLINE_ITEM))
+        elif ok and name == "peek":
+            self.stashed.pop()  # taken by the restart, or drained before it (R4, R5)
+            valid = item == "valid" and outcome != "drained"
+            self.restart("image", copy.deepcopy(STASHED_ITEM) if valid else None)
+        elif ok and name == "reveal":
+            self.restart("message_metadata", None)
+        else:
+            self.tool_done(name, ok, event="tool_result")
+
+    def tool_done(self, name: str, success: bool, event: str) -> None:
         self.tool = None
         self.deadline = None
-        if restart:
-            self.go("restart_requested", "ContextRestart")
-            self.calls.clear()
-            self.youtube_used = True
-            self.errors = 0
-            self.go("restart", "Preparing")
-            self.prepare()
-            return
+        self.history.append(name)
+        self.pre_tool_text = ""
         self.errors = 0 if success else self.errors + 1
         if self.errors >= self.cfg.max_consecutive_tool_errors:
             self.go(event, "Done")
             self.status = "error"
+            self.error = f"{self.errors} consecutive tool failures"
             self.notices.append("tool_error_loop")
         elif self.calls:
             self.stay(event)
@@ -275,6 +417,44 @@ class Model:
         else:
             self.go(event, "Preparing")
             self.prepare()
+
+    def restart(self, kind: str, item: dict[str, Any] | None) -> None:
+        """A restart request: no history entry (R1); text streamed before the call is named
+        to the next passes so it is not repeated (T7, drafting off); a metadata reveal first
+        looks up reactors, within the tool budget (R6)."""
+        self.tool = None
+        self.deadline = None
+        self.calls.clear()
+        if self.pre_tool_text:
+            self.turn_notices.append(already_sent_notice(self.pre_tool_text))
+        self.pre_tool_text = ""
+        self.go("restart_requested", CR)
+        if kind == "message_metadata":
+            self.looking_up = True
+            self.deadline = self.now + self.cfg.tool_timeout_s
+            return
+        if item is not None:  # R2, R3, R7; an unresolvable or invalid item: none (R5)
+            self.context.append(item)
+            self.added += 1
+        self.restarted(kind)
+
+    def reactors_answer(self, answer: str | None) -> None:
+        """The reveal goes on: look-ups answered (`ok`), failed (`fail`) or out of time
+        (None, at the restart's deadline)."""
+        self.looking_up = False
+        self.deadline = None
+        if answer is not None or not B18_OPEN:
+            self.lookups += 1
+            self.context = annotated(self.context, REACTORS if answer == "ok" else None)
+        self.context.append(tail_directive(METADATA_TAIL_DIRECTIVE))
+        self.added += 1
+        self.restarted("message_metadata")
+
+    def restarted(self, kind: str) -> None:
+        self.used.add(kind)  # R8
+        self.errors = 0  # R9
+        self.go("restart", "Preparing")
+        self.prepare()
 
     def stream_timeout(self) -> None:
         event = "first_token_timeout" if self.state == A else "idle_timeout"
@@ -323,8 +503,45 @@ class Model:
             elif self.state == ST:
                 self.finish_timeout("settle_timeout", include_landed=False)
             elif self.state == TC:
-                self.tool_done(False, restart=False, event="tool_timeout")
+                assert self.tool is not None
+                self.tool_done(self.tool, False, event="tool_timeout")
+            elif self.state == CR:
+                self.reactors_answer(None)
         self.now = target
+
+
+def annotated(items: list[dict[str, Any]], reactors: list[str] | None) -> list[dict[str, Any]]:
+    """R6: the recent dialogue annotated with its ref handle, author identity, sent time,
+    reply reference and reactions (with the reactors' names when the look-up answered).
+    The rendered `annotated_text` line is compared apart (`shape`)."""
+    dialogue = [item for item in items if item.get("type") == "dialogue"]
+    refs = {item["message_id"]: f"ref_{n}" for n, item in enumerate(dialogue, 1)}
+    out = []
+    for item in items:
+        if item.get("type") != "dialogue":
+            out.append(item)
+            continue
+        meta: dict[str, Any] = {"ref": refs[item["message_id"]],
+                                "message_id": item["message_id"], "author": item["author"],
+                                "author_id": item["author_id"], "sent_at": item["sent_at"]}
+        if item.get("reply_to"):
+            meta["reply_to"] = refs[item["reply_to"]]
+        reactions = [{**r, **({"users": reactors} if reactors is not None else {})}
+                     for r in item["reactions"]]
+        if reactions:
+            meta["reactions"] = reactions
+        out.append({**item, "metadata": meta})
+    return out
+
+
+def shape(item: dict[str, Any]) -> dict[str, Any]:
+    """A context item without its rendered line, which must name its ref and author."""
+    if "metadata" in item:
+        meta = item["metadata"]
+        assert item["annotated_text"].startswith(f"{meta['ref']} | {meta['author']}")
+        return {k: v for k, v in item.items() if k != "annotated_text"}
+    assert "annotated_text" not in item
+    return item
 
 
 class LiveTurn(RuleBasedStateMachine):
@@ -352,7 +569,7 @@ class LiveTurn(RuleBasedStateMachine):
         model = Model(cfg=cfg, prompt=self.prompt, now=self.loop.time(), t0=self.loop.time())
         self.provider = ControlledProvider(self.prompt)
         self.tools = ControlledTools()
-        self.channel = InMemoryChannel()
+        self.channel = ControlledChannel()
 
         async def create() -> None:
             self.locks = ChannelLockRegistry(
@@ -361,6 +578,7 @@ class LiveTurn(RuleBasedStateMachine):
             assert lock is not None
             self.turn = Turn(provider=self.provider, channel=self.channel, locks=self.locks,
                              lock=lock, tools=self.tools.registry, config=cfg,
+                             request=TurnRequest(context_items=history_items(HISTORY)),
                              turn_id=f"live-{self.turns}")
             self.task = asyncio.get_running_loop().create_task(self.turn.run())
 
@@ -409,25 +627,40 @@ class LiveTurn(RuleBasedStateMachine):
         self._advance(dt)
 
     @precondition(lambda self: self.running and self.model.state in (A, S))
-    @rule(kind=st.sampled_from(("completed", "error", "raise", "tool_call")),
-          calls=st.lists(st.sampled_from(("work", "watch", "missing", "")), min_size=1,
-                         max_size=2),
-          dt=STEPS)
-    def stream_ends(self, kind: str, calls: list[str], dt: float) -> None:
+    @rule(kind=st.sampled_from(("completed", "error", "raise", "tool_call", "blocked",
+                                "refusal", "tool_call", "tool_call")),
+          calls=CALLS, dt=STEPS)
+    def stream_ends(self, kind: str, calls: list[Call], dt: float) -> None:
+        """The provider ends the pass: completed, a provider error, an exception, tool calls
+        (some with arguments the provider cut off, T4), a content-filter block (a provider
+        error of kind `blocked`, as the OpenAI-compatible and Gemini adapters report it) or a
+        refusal stop (Anthropic's `refusal` stop reason: whatever text came is the answer)."""
         queue = self._stream().queue
-        if kind == "error":
-            queue.put_nowait(ProviderError(kind="provider_stream_error", message="overloaded"))
+        if kind in ("error", "blocked"):
+            queue.put_nowait(BLOCKED if kind == "blocked" else OVERLOADED)
         elif kind == "raise":
             queue.put_nowait(Raise(ConnectionResetError("reset")))
         elif kind == "tool_call":
-            for name in calls:
-                queue.put_nowait(ToolCallRequest(name=name, arguments={}))
+            for name, truncated, item in calls:
+                queue.put_nowait(ToolCallRequest(name=name, arguments={"item": item},
+                                                 truncated=truncated))
             queue.put_nowait(Finish("tool_calls"))
         else:
-            queue.put_nowait(Finish("stop"))
+            queue.put_nowait(Finish("refusal" if kind == "refusal" else "stop"))
         queue.put_nowait(END)
         self.model.stream_end(kind, calls)  # type: ignore[union-attr]
         self._advance(dt)
+
+    @precondition(lambda self: self.running and self.model.state in (A, S))
+    @rule(name=st.sampled_from(("watch", "peek", "reveal")),
+          item=st.sampled_from(("valid", "junk")), text=st.one_of(st.none(), TEXTS), dt=STEPS)
+    def enrichment_call(self, name: str, item: str, text: str | None, dt: float) -> None:
+        """The model asks for one enrichment, the way into the restarts (R1-R9), perhaps
+        after some text of its reply (which the next passes are told was sent, T7)."""
+        if text is not None:
+            self._stream().queue.put_nowait(TextDelta(text))
+            self.model.token(text)  # type: ignore[union-attr]
+        self.stream_ends(kind="tool_call", calls=[(name, False, item)], dt=dt)
 
     @precondition(lambda self: self.running and self.model.state == ST)
     @rule(lands=st.one_of(st.none(), TEXTS), how=st.sampled_from(("end", "raise")), dt=STEPS)
@@ -446,13 +679,27 @@ class LiveTurn(RuleBasedStateMachine):
 
     @precondition(lambda self: self.running and self.model.state == TC
                   and self.model.tool is not None)
-    @rule(outcome=st.sampled_from(("ok", "fail", "raise", "garbage")), dt=STEPS)
+    @rule(outcome=st.sampled_from(("ok", "ok", "ok", "fail", "raise", "garbage", "bad_inline",
+                                   "drained")),
+          dt=STEPS)
     def tool_returns(self, outcome: str, dt: float) -> None:
+        """The tool's outcome: `ok`, failures, and for the enrichments a malformed inline item
+        (`watch`) or a stash key drained before the restart takes it (`peek`)."""
         model = self.model
         assert model is not None and self.tools.pending is not None
         self.tools.pending.set_result(outcome)
-        success = outcome == "ok"
-        model.tool_done(success, restart=success and model.tool == "watch", event="tool_result")
+        model.tool_returns(outcome)
+        self._advance(dt)
+
+    @precondition(lambda self: self.running and self.model.state == CR
+                  and self.model.looking_up)
+    @rule(answer=st.sampled_from(("ok", "fail")), dt=STEPS)
+    def reactors(self, answer: str, dt: float) -> None:
+        """The reveal's reactor look-up answers, or fails (R6: counts only)."""
+        model = self.model
+        assert model is not None and self.channel.lookup is not None
+        self.channel.lookup.set_result(answer)
+        model.reactors_answer(answer)
         self._advance(dt)
 
     # ---------------------------------------------------------------- user rules
@@ -500,6 +747,20 @@ class LiveTurn(RuleBasedStateMachine):
         assert turn.internal_transitions == model.internal
         assert turn.state == model.state
         assert self.channel.text == model.channel, "delivered text diverged"
+        # every pass was asked with what the model predicts (S1, T7, R1-R8)
+        streams = self.provider.streams
+        assert len(streams) == len(model.requests)
+        for number, (stream, expected) in enumerate(zip(streams, model.requests, strict=True)):
+            request = stream.request
+            assert request.pass_index == number + 1
+            assert [shape(item) for item in request.context_items] == expected["context"]
+            assert [entry.tool_name for entry in request.function_history] == \
+                expected["history"]
+            assert request.request_notices == expected["notices"]
+            assert [tool["name"] for tool in request.tools] == expected["tools"]
+        now = self.loop.time()
+        held = [e for e in turn.stash._entries.values() if now - e.stored_at < turn.stash.ttl_s]
+        assert len(held) == model.live_stash(), "R3, R4: the stash"
         lock = turn.lock
         if model.running:
             in_pass = model.state in (A, S, ST)
@@ -512,6 +773,8 @@ class LiveTurn(RuleBasedStateMachine):
                 assert turn._settle_deadline == model.deadline
             elif model.state == TC and model.tool is not None:
                 assert turn._tool_deadline == model.deadline
+            elif model.state == CR:
+                assert turn._restart_deadline == model.deadline
             assert not self.task.done()  # type: ignore[union-attr]
         else:
             self._check_end()
@@ -525,14 +788,22 @@ class LiveTurn(RuleBasedStateMachine):
         self._checked = turn
         result = task.result()
         assert result.status == model.status
+        assert result.error == model.error
         assert result.text == model.text
         assert result.delivered_text == "".join(model.closed)
         assert len(result.passes) == model.passes
+        assert [p.status for p in result.passes] == model.pass_status
+        assert [p.error for p in result.passes] == model.pass_errors
         assert result.follow_up_queued == model.queued
-        assert result.flags["disable_youtube_processing"] == model.youtube_used
+        assert result.flags == model.flags()
+        assert result.function_history == model.history
+        assert result.context_items_added == model.added
+        assert result.reactor_lookups == model.lookups
+        assert result.stash_items == model.live_stash()
         assert result.notices == model.notices
         assert result.deferred_notice == model.deferred
         assert result.metrics == model.metrics
+        assert self.tools.runs == model.runs, "T4: a truncated or refused call never runs"
         assert self.locks is not None
         self.locks.release(turn.lock)
         check_walk(turn)
@@ -564,5 +835,45 @@ class _Played:
 
 LiveTurn.TestCase.settings = reliability_settings(ci_examples=300, stateful_step_count=30)
 TestLiveTurn = LiveTurn.TestCase
-# covers S4, S5, S6, S7, S9, S10, S11, S12, S13, S14, S15, S16, S17, T1, T2, T3, T5, T6, R1,
-# R8, R9, D4: a live turn against a reference model of SPEC.md, step by step
+# covers S1, S4, S5, S6, S7, S8, S9, S10, S11, S12, S13, S14, S15, S16, S17, T1, T2, T3, T4,
+# T5, T6, T7, R1, R2, R3, R4, R5, R6, R7, R8, R9, D4: a live turn against a reference model of
+# SPEC.md, step by step (stashed, inline and metadata restarts, truncated calls, content-filter
+# blocks and refusal stops included)
+
+
+class _LookupsHang(InMemoryChannel):
+    """A channel whose reactor look-ups never answer."""
+
+    async def fetch_reactors(self, message_id: str, emoji: str, limit: int) -> list[str]:
+        self.reactor_lookups += 1
+        await asyncio.Event().wait()
+        return []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "B18: fsm/turn.py _restart_timed_out fires `restart` with (None, 0): on_restart then keeps "
+    "the context unannotated and counts no look-up, yet appends the directive saying the "
+    "metadata was revealed and sets the flag that forbids revealing it again (R6)"))
+def test_b18_metadata_reveal_whose_look_ups_time_out_still_annotates_the_dialogue() -> None:
+    # covers R6 (and B5's "degrades to reaction counts"): past the tool budget the reveal goes
+    # on with the dialogue annotated (refs, authors, times) and reaction counts only
+    raw = {"name": "b18", "config": {"tool_timeout_s": 5.0},
+           "passes": [[{"at": 1.0, "tool_call": {"name": "reveal_message_metadata"}}],
+                      [{"at": 1.0, "text": "Ana posted it."}, {"at": 2.0, "end": "completed"}]],
+           "tools": {"reveal_message_metadata": {"guard": "message_metadata", "outcomes": [
+               {"after": 0.0, "success": True,
+                "data": {"type": "context_restart_message_metadata"}}]}},
+           "history": [{"id": "m1", "author": "ana", "content": "look", "at": "2026-11-30T12:00Z",
+                        "reactions": [{"emoji": "👍", "users": ["bo"]}]}]}
+
+    async def scenario() -> tuple[Turn, Any]:
+        turn = build_turn(raw, channel=_LookupsHang(parse_scenario(raw).history))
+        return turn, await finish(turn)
+
+    turn, result = run_virtual(scenario)
+    assert [t["t"] for t in turn.transitions if t["event"] == "restart"] == [6.0]
+    second = turn.provider.requests[1]  # type: ignore[attr-defined]
+    dialogue = [item for item in second.context_items if item.get("type") == "dialogue"]
+    assert dialogue and all("metadata" in item for item in dialogue), dialogue  # today: none
+    assert dialogue[0]["metadata"]["reactions"] == [{"emoji": "👍", "count": 1}]
+    assert result.reactor_lookups == 1  # the one REST call made; today 0
