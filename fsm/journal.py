@@ -18,7 +18,7 @@ from typing import Any
 from .config import TurnConfig
 from .prefill import TurnRequest
 from .stash import ContextStash
-from .stream_pass import PassRun
+from .stream_pass import PassRun, TextSink
 from .tools import ToolRegistry
 
 
@@ -76,6 +76,10 @@ class RecordingStash(ContextStash):
         return value
 
 
+Step = dict[str, Any] | tuple[float, str]
+"""A recorded step: a dict in scenario form, or a content chunk as `(at, text)` — the hot
+path appends a tuple and the dict is built once, when the journal is written."""
+
 class JournalRecorder:
     """Records a live turn's inputs in scenario form."""
 
@@ -89,24 +93,27 @@ class JournalRecorder:
         self.tools = tools
         self.stash = stash
         self.history = history or []
-        self.passes: list[list[dict[str, Any]]] = []
         self.tool_outcomes: dict[str, list[dict[str, Any]]] = {}
         self.events: list[dict[str, Any]] = []
+        self._passes: list[list[Step]] = []
         self._landed: dict[int, str] = {}
 
-    def _steps(self, pass_no: int) -> list[dict[str, Any]]:
-        while len(self.passes) < pass_no:
-            self.passes.append([])
-        return self.passes[pass_no - 1]
+    @property
+    def passes(self) -> list[list[dict[str, Any]]]:
+        """The recorded passes in scenario form."""
+        return [[_as_dict(step) for step in steps] for steps in self._passes]
 
-    def on_pass_start(self, pass_no: int) -> None:
-        self._steps(pass_no)
+    def _steps(self, pass_no: int) -> list[Step]:
+        while len(self._passes) < pass_no:
+            self._passes.append([])
+        return self._passes[pass_no - 1]
 
-    def on_text(self, pass_no: int, at: float, text: str, after_abort: bool) -> None:
-        if after_abort:
-            self._landed[pass_no] = self._landed.get(pass_no, "") + text
-        else:
-            self._steps(pass_no).append({"at": _r(at), "text": text})
+    def on_pass_start(self, pass_no: int) -> TextSink:
+        return self._steps(pass_no).append
+
+    def on_landed(self, pass_no: int, text: str) -> None:
+        """Text that arrived after the pass was aborted: it goes to the stall step."""
+        self._landed[pass_no] = self._landed.get(pass_no, "") + text
 
     def on_keepalive(self, pass_no: int, at: float) -> None:
         self._steps(pass_no).append({"at": _r(at), "keepalive": True})
@@ -132,9 +139,10 @@ class JournalRecorder:
         """The pass went silent after its last step and was aborted; it settled
         `settles_after` seconds after the abort."""
         steps = self._steps(pass_no)
-        if steps and steps[-1].get("stall"):
+        last_step = _as_dict(steps[-1]) if steps else None
+        if last_step is not None and last_step.get("stall"):
             return
-        last = steps[-1]["at"] if steps else 0.0
+        last = last_step["at"] if last_step is not None else 0.0
         stall: dict[str, Any] = {"at": last, "stall": True, "settles_after": _r(settles_after)}
         landed = self._landed.pop(pass_no, "")
         if landed:
@@ -180,6 +188,13 @@ class JournalRecorder:
             "history": self.history,
             "events": self.events,
         }
+
+
+def _as_dict(step: Step) -> dict[str, Any]:
+    if isinstance(step, tuple):
+        at, text = step
+        return {"at": _r(at), "text": text}
+    return step
 
 
 def journal_document(scenario: dict[str, Any], transitions: list[dict[str, Any]],

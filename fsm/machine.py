@@ -1,8 +1,15 @@
-"""The runtime machine: one `AsyncMachine` per process built from the declared table, to
-which each live turn's model is added for its lifetime (cheaper than a machine per turn)."""
+"""The runtime machine: one `AsyncMachine` per process built from the declared table.
+
+Turns are not added to it as models: a turn keeps its own `state` and fires
+`machine.events[trigger].trigger(turn, payload)`, which is all `transitions` needs to check
+the guards, move the state and run the callback. `add_model` would bind ~50 convenience
+methods onto every turn and register it in every state's lists (most of a parked turn's
+memory, BENCHMARKS.md F3) for methods the driver never calls.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine, Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -51,10 +58,31 @@ def transition_specs() -> list[dict[str, Any]]:
     return specs
 
 
+class SequentialAsyncMachine(AsyncMachine):
+    """`AsyncMachine` running a callback or guard list one after the other on the calling
+    task, instead of one task each under `asyncio.gather` (BENCHMARKS.md F2). The engine's
+    callbacks and guards are short and synchronous by design, so there is nothing to run
+    concurrently, and a gather costs a task per guard and callback on every transition —
+    and a list, partials and a gather for each of the ~9 callback lists a transition
+    visits, nearly all of them empty."""
+
+    @staticmethod
+    async def await_all(
+        callables: list[Callable[[], Coroutine[Any, Any, Any]]],
+    ) -> list[Any]:
+        return [await func() for func in callables]
+
+    async def callbacks(  # type: ignore[override]  # as in AsyncMachine's own stub
+        self, funcs: Iterable[Any], event_data: Any,
+    ) -> None:
+        for func in funcs:
+            await self.callback(func, event_data)
+
+
 @lru_cache(maxsize=1)
 def shared_machine() -> AsyncMachine:
-    """The process-wide machine; models join with `add_model` and leave with `remove_model`."""
-    return AsyncMachine(
+    """The process-wide machine every turn fires its triggers on."""
+    return SequentialAsyncMachine(
         model=None,
         states=[s.value for s in STATES],
         transitions=transition_specs(),

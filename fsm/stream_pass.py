@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+TextSink = Callable[[tuple[float, str]], None]
+"""Takes `(seconds since the pass began, text)` for each content chunk of one pass."""
+
+
 @dataclass(eq=False, slots=True)
 class PassRun:
     """The live state of one pass (the seed's streaming context)."""
@@ -40,7 +44,7 @@ class PassRun:
     abort: AbortSignal
     started_at: float
     deadline: float | None
-    on_progress: Callable[[float], None] | None = None
+    record_text: TextSink | None = None
     kill_handle: Callable[[str], None] | None = None
     parts: list[str] = field(default_factory=list)
     landed: list[str] = field(default_factory=list)
@@ -83,15 +87,27 @@ def _outcome(run: PassRun) -> str:
 
 
 async def stream_worker(turn: Turn, run: PassRun) -> None:
-    """Drive the adapter's stream for `run`, posting events to `turn`'s mailbox."""
+    """Drive the adapter's stream for `run`, posting events to `turn`'s mailbox.
+
+    The content-chunk branch is the engine's hot path (BENCHMARKS.md F5): what it needs is
+    bound to locals once per pass, and until the pass's abort fires each chunk re-arms the
+    idle deadline and touches the lock inline — the abort firing (timeout, kill, end of
+    pass) is what removes this progress hook (S5, S14)."""
     loop = asyncio.get_running_loop()
+    clock = loop.time
     post = turn.mailbox.post
     channel = turn.channel
+    deliver = channel.deliver
     recorder = turn.recorder
+    record_text = run.record_text
+    lock = turn.lock
+    idle_s = turn.config.idle_timeout_s
     abort = run.abort
+    parts = run.parts
+    started = run.started_at
     stream: AsyncIterator[ProviderEvent] | None = None
     try:
-        with turn.locks.watchdog(turn.lock):
+        with turn.locks.watchdog(lock):
             stream = turn.provider.stream(run.request, abort)
             async for event in stream:
                 if isinstance(event, TextDelta):
@@ -100,22 +116,25 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
                         continue
                     if type(text) is not str:
                         raise TypeError(f"the provider sent {type(text).__name__} as text")
-                    now = loop.time()
-                    landed = abort.fired
-                    if not landed:
-                        progress = run.on_progress
-                        if progress is not None:
-                            progress(now)
-                        if not run.got_token:
-                            run.got_token = True
-                            post(FirstToken(run.no))
-                    if recorder is not None:
-                        recorder.on_text(run.no, now - run.started_at, text, landed)
-                    await channel.deliver(text)
-                    (run.landed if landed else run.parts).append(text)
+                    if abort.fired:
+                        if recorder is not None:
+                            recorder.on_landed(run.no, text)
+                        await deliver(text)
+                        run.landed.append(text)
+                        continue
+                    now = clock()
+                    run.deadline = now + idle_s
+                    lock.last_touch = now
+                    if not run.got_token:
+                        run.got_token = True
+                        post(FirstToken(run.no))
+                    if record_text is not None:
+                        record_text((now - started, text))
+                    await deliver(text)
+                    parts.append(text)
                 elif isinstance(event, KeepAlive):
                     if recorder is not None:
-                        recorder.on_keepalive(run.no, loop.time() - run.started_at)
+                        recorder.on_keepalive(run.no, clock() - started)
                 elif isinstance(event, ReasoningDelta):
                     run.reasoning.append(event.text)
                 elif isinstance(event, ToolCallRequest):
@@ -133,20 +152,20 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise  # the engine cancelled this worker
-        _crashed(turn, run, exc, loop.time())  # the adapter raised it: a failure, not a stop
+        _crashed(turn, run, exc, clock())  # the adapter raised it: a failure, not a stop
         return
     except Exception as exc:
-        _crashed(turn, run, exc, loop.time())
+        _crashed(turn, run, exc, clock())
         return
     finally:
         if stream is not None:
             await _close(stream)
     if abort.fired:
-        _settled(turn, run, loop.time())
+        _settled(turn, run, clock())
         return
     outcome = _outcome(run)
     if recorder is not None:
-        recorder.on_end(run.no, loop.time() - run.started_at, outcome, run)
+        recorder.on_end(run.no, clock() - started, outcome, run)
     post(StreamEnded(run.no, outcome, run.error))
 
 

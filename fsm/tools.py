@@ -115,6 +115,7 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = (), recent_results: int = 1000) -> None:
         self._tools: dict[str, Tool] = {}
+        self._schemas: dict[str, dict[str, Any]] = {}
         self.recent: deque[tuple[str, ToolResult]] = deque(maxlen=recent_results)
         for tool in tools:
             self.register(tool)
@@ -122,7 +123,9 @@ class ToolRegistry:
     def register(self, tool: Tool) -> None:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is registered twice")
+        schema = schema_of(tool)
         self._tools[tool.name] = tool
+        self._schemas[tool.name] = schema
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -137,6 +140,12 @@ class ToolRegistry:
             for tool in self._tools.values()
             if tool.guard is None or not flags.is_disabled(tool.guard)
         ]
+
+    def schemas(self, flags: TurnFlags) -> list[dict[str, Any]]:
+        """The declarations of the tools `available` offers, built once at registration (a
+        pydantic JSON schema per tool per pass was a fifth of a typical turn, BENCHMARKS.md
+        F1). They are shared by every turn: read them, never change them."""
+        return [self._schemas[tool.name] for tool in self.available(flags)]
 
     def refusal(self, name: str, flags: TurnFlags) -> str | None:
         """Why a call cannot run now, or None when it may (execution-time guard, R8)."""

@@ -15,7 +15,6 @@ import logging
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Protocol
 
 from . import events as ev
@@ -31,9 +30,9 @@ from .provider import AbortSignal, HistoryEntry, PassRequest, Provider, ToolCall
 from .restart import METADATA_TAIL_DIRECTIVE, RestartRequest, parse_restart, resolve_item
 from .result import PassResult, TurnResult, TurnStatus
 from .stash import ContextStash
-from .stream_pass import PassRun, stream_worker
+from .stream_pass import PassRun, TextSink, stream_worker
 from .table import CRASH_SOURCES, STREAM_STATES, TERMINAL, State
-from .tools import ToolContext, ToolRegistry, ToolResult, schema_of
+from .tools import ToolContext, ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +55,11 @@ class TurnObserver(Protocol):
 class InputRecorder(Protocol):
     """Records a live turn's inputs as they really arrive, so it can be replayed."""
 
-    def on_pass_start(self, pass_no: int) -> None: ...
-    def on_text(self, pass_no: int, at: float, text: str, after_abort: bool) -> None: ...
+    def on_pass_start(self, pass_no: int) -> TextSink:
+        """Called as a pass begins; returns what records its content chunks."""
+        ...
+
+    def on_landed(self, pass_no: int, text: str) -> None: ...
     def on_keepalive(self, pass_no: int, at: float) -> None: ...
     def on_end(self, pass_no: int, at: float, outcome: str, run: PassRun) -> None: ...
     def on_raise(self, pass_no: int, at: float, error: BaseException) -> None: ...
@@ -167,15 +169,12 @@ class Turn:
         """Drive the turn to its terminal state; always cleans up, whatever happens."""
         self._loop = asyncio.get_running_loop()
         self._t0 = self._loop.time()
-        machine = shared_machine()
-        machine.add_model(self, initial=State.PREPARING.value)
         self.lock.turn_kill = self.request_stop
         self._channel_mark = len(_channel_delivered(self.channel) or "")
         try:
             await self._drive()
         finally:
             await self._cleanup()
-            machine.remove_model(self)
         return self.result()
 
     def request_stop(self, reason: str = "kill") -> None:
@@ -434,9 +433,9 @@ class Turn:
     def _prepare_request(self) -> PassRequest:
         """Preparing's work: the next pass's request, with the tools the flags allow (S1,
         S2, R8). Done before `begin` so a failure here is a crash from Preparing."""
-        tools = [schema_of(tool) for tool in self.tools.available(self.flags)]
         return build_pass_request(self.request, self.context_items, self.function_history,
-                                  tools, len(self._passes) + 1, self.turn_notices)
+                                  self.tools.schemas(self.flags), len(self._passes) + 1,
+                                  self.turn_notices)
 
     def on_begin(self, payload: Any = None) -> None:
         """Start the stream under its own abort and kill handle (S3, S4, S7)."""
@@ -446,7 +445,6 @@ class Turn:
         pass_no = request.pass_index
         run = PassRun(no=pass_no, request=request, abort=AbortSignal(), started_at=now,
                       deadline=now + self.config.first_token_timeout_s)
-        run.on_progress = partial(self._progress, run)
         run.kill_handle = self.request_stop
         self.locks.set_stream_kill(self.lock, run.kill_handle)
         self._run = run
@@ -456,13 +454,8 @@ class Turn:
             self._still_working_sent = True
             self._outbox.append(Notice.of("still_working"))
         if self.recorder is not None:
-            self.recorder.on_pass_start(pass_no)
+            run.record_text = self.recorder.on_pass_start(pass_no)
         run.worker = _spawn(stream_worker(self, run), f"{self.turn_id}-pass-{pass_no}")
-
-    def _progress(self, run: PassRun, now: float) -> None:
-        """Every content chunk re-arms the idle budget and touches the lock (S5)."""
-        run.deadline = now + self.config.idle_timeout_s
-        self.lock.last_touch = now
 
     def on_first_token(self, _payload: Any = None) -> None:
         """From here a timeout is an idle timeout; the worker already re-armed the deadline
@@ -636,13 +629,13 @@ class Turn:
         self._end_pass()
 
     def _end_pass(self) -> None:
-        """However the pass ends: timer cleared, progress callback removed, kill handle
-        deregistered, the stream aborted if still running (S14)."""
+        """However the pass ends: timer cleared, kill handle deregistered, the stream
+        aborted if still running — the abort is also what removes the worker's progress
+        hook, so no late chunk re-arms a timer or touches the lock (S14)."""
         run = self._run
         if run is None:
             return
         run.deadline = None
-        run.on_progress = None
         if run.kill_handle is not None:
             self.locks.clear_stream_kill(self.lock, run.kill_handle)
             run.kill_handle = None

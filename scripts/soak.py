@@ -6,7 +6,8 @@ Plays a warm-up round, then two rounds of `--turns` generated scenarios each (st
 follow-ups, raising providers, hanging and failing tools, stash misses, at random virtual
 times; the turns of a round run concurrently), checks every turn with the reliability
 oracle, and prints the figures: outcomes, peak concurrency, virtual and wall time, tasks,
-machine models and turn objects before and after, traced memory after each round, RSS.
+machine entries (models, task records) and turn objects before and after, traced memory
+after each round, RSS.
 Exit 0 when everything returned to its baseline, 1 otherwise (the problems are printed).
 """
 

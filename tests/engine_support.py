@@ -53,7 +53,7 @@ def check_invariants(played: Any) -> None:
     run = turn._run
     if run is not None:
         assert run.worker is None or run.worker.done()
-        assert run.on_progress is None and run.deadline is None and run.kill_handle is None
+        assert run.abort.fired and run.deadline is None and run.kill_handle is None
     assert turn._tool_task is None and turn._tool_deadline is None
     assert turn._restart_task is None or turn._restart_task.done()
     lock = turn.lock

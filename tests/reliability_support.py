@@ -694,7 +694,7 @@ def check_handles_cleared(turn: Turn) -> None:
     engine owns is still cleared and the lock released."""
     run = turn._run
     if run is not None:
-        assert run.on_progress is None and run.deadline is None and run.kill_handle is None
+        assert run.abort.fired and run.deadline is None and run.kill_handle is None
     assert turn._tool_deadline is None
     assert turn.lock.stream_kill is None and turn.lock.turn_kill is None
     assert turn.lock.released and len(turn.locks) == 0
@@ -751,7 +751,7 @@ class SoakReport:
         if self.tasks_after != self.tasks_before:
             found.append(f"tasks {self.tasks_before} -> {self.tasks_after}")
         if self.models_after != self.models_before:
-            found.append(f"machine models {self.models_before} -> {self.models_after}")
+            found.append(f"machine entries {self.models_before} -> {self.models_after}")
         if self.turns_alive_after:
             found.append(f"{self.turns_alive_after} turns still referenced after the soak")
         if self.steady_growth > self.allowance:
@@ -766,7 +766,7 @@ class SoakReport:
             "concurrent, "
             f"{self.virtual_s:.0f} s of virtual time in {self.wall_s:.1f} s of wall time",
             "outcomes " + ", ".join(f"{k} {v}" for k, v in sorted(self.outcomes.items())),
-            f"tasks {self.tasks_before} -> {self.tasks_after}; machine models "
+            f"tasks {self.tasks_before} -> {self.tasks_after}; machine entries "
             f"{self.models_before} -> {self.models_after}; turns alive after gc "
             f"{self.turns_alive_after}",
             f"traced memory after round 1 {self.traced_round1 / 1024:.0f} KiB, after round 2 "
@@ -793,6 +793,12 @@ async def _settle_loop() -> None:
     for _ in range(3):
         await asyncio.sleep(0)
     gc.collect()
+
+
+def _machine_entries(machine: Any) -> int:
+    """What the shared machine holds per turn: models added to it (turns are not) and its
+    per-model task records (`async_tasks`, keyed by the turn's id while a trigger runs)."""
+    return len(machine.models) + len(machine.async_tasks)
 
 
 async def soak(
@@ -837,7 +843,7 @@ async def soak(
     report.outcomes.clear()
     await _settle_loop()
     report.tasks_before = len(asyncio.all_tasks())
-    report.models_before = len(machine.models)
+    report.models_before = _machine_entries(machine)
     report.rss_before_kib = _rss_kib()
     wall = time.perf_counter()
     start = loop.time()
@@ -854,7 +860,7 @@ async def soak(
     report.virtual_s = loop.time() - start
     report.wall_s = time.perf_counter() - wall
     report.tasks_after = len(asyncio.all_tasks())
-    report.models_after = len(machine.models)
+    report.models_after = _machine_entries(machine)
     report.turns_alive_after = len(live)
     report.rss_after_kib = _rss_kib()
     return report

@@ -10,6 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from fsm.config import TurnConfig
+from fsm.flags import TurnFlags
 from fsm.locks import ChannelLockRegistry
 from fsm.prefill import TurnRequest
 from fsm.scenario import parse_scenario
@@ -75,7 +76,21 @@ async def test_kill_and_follow_up_during_context_restart() -> None:
 
 
 async def test_crash_while_preparing_ends_done_error() -> None:
-    # covers S15: a failure building the request (here a tool whose schema cannot be built)
+    # covers S15: a failure building the request (here the registry's tool declarations)
+    class FailingRegistry(ToolRegistry):
+        def schemas(self, flags: TurnFlags) -> list[dict[str, Any]]:
+            raise RuntimeError("schema unavailable")
+
+    turn = _turn({"passes": [[{"at": 1, "end": "completed"}]]}, registry=FailingRegistry())
+    result = await turn.run()
+    assert result.status == "error" and "schema unavailable" in (result.error or "")
+    assert _path(turn) == ["Preparing", "Done"]
+
+
+async def test_tool_whose_schema_cannot_be_built_is_refused_at_registration() -> None:
+    # covers R8 (the declarations offered per pass) and S15: they are built once, when the
+    # bot registers its tools, so a
+    # broken arguments model fails at start-up, not in every turn
     class Broken:
         name = "broken"
         description = "a tool whose arguments model fails"
@@ -88,11 +103,10 @@ async def test_crash_while_preparing_ends_done_error() -> None:
         async def run(self, args: BaseModel, ctx: Any) -> Any:
             raise AssertionError("never runs")
 
-    turn = _turn({"passes": [[{"at": 1, "end": "completed"}]]},
-                 registry=ToolRegistry([Broken()]))
-    result = await turn.run()
-    assert result.status == "error" and "schema unavailable" in (result.error or "")
-    assert _path(turn) == ["Preparing", "Done"]
+    registry = ToolRegistry()
+    with pytest.raises(RuntimeError, match="schema unavailable"):
+        registry.register(Broken())
+    assert registry.names() == [] and registry.schemas(TurnFlags()) == []
 
 
 async def test_crash_in_tool_call_ends_done_error() -> None:

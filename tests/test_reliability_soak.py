@@ -1,6 +1,6 @@
 """Soak in the test suite: two rounds of concurrent generated turns with random faults on one
 virtual-time loop (scripts/soak.py runs the same with 1,000 turns a round and prints the
-figures); afterwards tasks, machine models, turn objects and memory are back to baseline."""
+figures); afterwards tasks, machine entries, turn objects and memory are back to baseline."""
 
 from __future__ import annotations
 

@@ -179,7 +179,7 @@ async def test_unexpected_exception_ends_turn_error_and_cleans_up() -> None:
                                             {"at": 2, "raise": "boom"}]]})
     played = await play(scenario)
     assert played.result.status == "error" and "boom" in (played.result.error or "")
-    assert played.turn._run is not None and played.turn._run.on_progress is None
+    assert played.turn._run is not None and played.turn._run.abort.fired
     assert played.turn._run.worker is not None and played.turn._run.worker.done()
 
 
@@ -235,3 +235,33 @@ async def test_scripted_provider_honours_abort_mid_wait() -> None:
     abort.fire()
     await task
     assert events == [] and asyncio.get_running_loop().time() == pytest.approx(1.0)
+
+
+async def test_chunk_after_the_abort_neither_rearms_nor_touches_the_lock() -> None:
+    # covers S14, S5, S10: once the pass's abort has fired (here its idle timeout), a chunk
+    # from an adapter that ignores the abort lands, but no longer re-arms a deadline or
+    # touches the channel lock: the progress hook went with the abort
+    seen: dict[str, Any] = {}
+
+    class DeafProvider:
+        name = "deaf"
+
+        def stream(self, request: PassRequest, abort: AbortSignal) -> Any:
+            return self._gen()
+
+        async def _gen(self) -> Any:
+            yield TextDelta("first")
+            await asyncio.sleep(122)  # the idle timeout fires at 120 s
+            yield TextDelta(" late")
+            run = turn._run  # resumed once the worker has handled the late chunk
+            assert run is not None
+            seen["touch"], seen["deadline"] = turn.lock.last_touch, run.deadline
+
+    loop = asyncio.get_running_loop()
+    turn = _turn(DeafProvider(), idle_timeout_s=120)
+    start = loop.time()
+    result = await turn.run()
+    assert result.state == "TimedOut" and result.text == "first late"
+    assert seen == {"touch": pytest.approx(start), "deadline": None}
+    assert [line["t"] for line in turn.transitions][-2:] == [pytest.approx(120.0),
+                                                             pytest.approx(122.0)]

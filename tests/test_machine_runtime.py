@@ -1,0 +1,87 @@
+"""The runtime machine: the shared `AsyncMachine` built from the table, its callbacks run in
+order on the driver task, and turns that fire triggers on it without joining it as models
+(BENCHMARKS.md F2, F3). All in virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from transitions.extensions.asyncio import AsyncMachine
+
+from fsm.machine import SequentialAsyncMachine, shared_machine
+from fsm.runner import play
+from fsm.scenario import parse_scenario
+from fsm.table import edge_keys
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+
+async def test_callbacks_run_in_order_on_the_calling_task() -> None:
+    # covers SPEC "States and what moves between them" (transitions fire the callbacks) and
+    # issue 7 F2: a callback list runs in order on the driver's task, no task per callback
+    ran: list[tuple[int, asyncio.Task[object] | None]] = []
+
+    def step(n: int) -> object:
+        async def callback() -> bool:
+            ran.append((n, asyncio.current_task()))
+            return n != 2
+        return callback
+
+    results = await SequentialAsyncMachine.await_all([step(1), step(2), step(3)])
+    assert results == [True, False, True]
+    assert [n for n, _ in ran] == [1, 2, 3]
+    assert {task for _, task in ran} == {asyncio.current_task()}
+
+
+async def test_the_shared_machine_is_an_async_machine_from_the_table() -> None:
+    # covers SPEC "States and what moves between them": the declared table drives the
+    # runtime machine
+    machine = shared_machine()
+    assert isinstance(machine, AsyncMachine) and shared_machine() is machine
+    declared = {trigger for trigger, _source, _dest in edge_keys()}
+    assert set(machine.events) == declared
+
+
+async def test_a_turn_fires_triggers_without_joining_the_machine() -> None:
+    # covers S14 and issue 7 F3: nothing of a turn stays in the shared machine once it ends
+    machine = shared_machine()
+    scenario = parse_scenario({"passes": [
+        [{"at": 1, "text": "Looking"}, {"at": 2, "tool_call": {"name": "lookup", "args": {}}}],
+        [{"at": 1, "text": "Found it."}, {"at": 2, "end": "completed"}]],
+        "tools": {"lookup": [{"after": 1, "success": True, "data": {"x": 1}}]}})
+    played = await play(scenario)
+    assert played.result.status == "completed"
+    assert [line["to"] for line in played.transitions] == [
+        "AwaitingFirstToken", "Streaming", "ToolCall", "Preparing", "AwaitingFirstToken",
+        "Streaming", "Done"]
+    assert machine.models == [] and machine.async_tasks == {}
+    assert not hasattr(played.turn, "trigger") and not hasattr(played.turn, "is_Done")
+
+
+async def test_transitions_create_no_tasks() -> None:
+    # covers issue 7 F2: the only tasks a turn creates are its workers (one per pass, one
+    # per tool run); the machine's guards and callbacks run on the driver's task
+    loop = asyncio.get_running_loop()
+    created: list[str] = []
+    default_factory = loop.get_task_factory()
+
+    def counting_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+        created.append(coro.__qualname__)
+        if default_factory is not None:
+            return default_factory(loop, coro, **kwargs)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    scenario = parse_scenario({"passes": [
+        [{"at": 1, "text": "Looking"}, {"at": 2, "tool_call": {"name": "lookup", "args": {}}}],
+        [{"at": 1, "text": "Found it."}, {"at": 2, "end": "completed"}]],
+        "tools": {"lookup": [{"after": 1, "success": True, "data": {"x": 1}}]}})
+    loop.set_task_factory(counting_factory)
+    try:
+        played = await play(scenario)
+    finally:
+        loop.set_task_factory(default_factory)
+    assert len(played.transitions) == 7
+    workers = [name for name in created if name != "Turn.run"]
+    assert workers == ["stream_worker", "Turn._tool_worker", "stream_worker"]
