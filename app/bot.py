@@ -38,6 +38,7 @@ from fsm.tools import Tool, ToolRegistry
 from fsm.turn import Turn
 from providers import build_provider
 
+from .gc_tuning import tune_gc
 from .settings import AppSettings
 
 log = logging.getLogger(__name__)
@@ -245,6 +246,7 @@ async def _serve(settings: AppSettings) -> int:
                       history_limit=settings.history_limit, tools=tools,
                       journal_dir=Path(settings.journal_dir))
         bot.attach()
+        tune_gc(settings.gc)
 
         @client.event
         async def setup_hook() -> None:

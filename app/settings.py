@@ -16,6 +16,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from fsm.config import TurnConfig
 from providers import ProviderConfig
 
+from .gc_tuning import GcSettings
+
 
 class AppSettings(BaseSettings):
     model_config = SettingsConfigDict(
@@ -32,6 +34,7 @@ class AppSettings(BaseSettings):
     queue_limit: int = Field(default=10, ge=1)
     history_limit: int = Field(default=20, ge=1, le=100)
     journal_dir: str = "journals"
+    gc: GcSettings = Field(default_factory=GcSettings)
 
     def attempts(self) -> list[ProviderConfig]:
         """Primary first, then the fallbacks in order (G1)."""

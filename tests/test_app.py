@@ -5,6 +5,7 @@ invalid value (refused, naming the field). Subprocesses, so real time; no timed 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from app.gc_tuning import GcSettings, tune_gc
+from app.settings import ConfigurationError, load_settings
 from providers.replay_server import ReplayServer, Send
 
 from engine_support import ROOT
@@ -67,3 +70,27 @@ async def test_invalid_configuration_is_refused_naming_the_field(tmp_path: Path)
     code, _, err = await _app("", tmp_path, TURN_PROVIDER=json.dumps(
         {"kind": "openai", "model": "m", "api_key_env": "NOT_SET_ANYWHERE"}))
     assert code == 2 and "NOT_SET_ANYWHERE" in err
+
+
+def test_bot_process_gc_settings_are_validated_and_applied(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # covers issue 7 item 4 (F4 in BENCHMARKS.md): the bot process raises the collector's
+    # thresholds and freezes what start-up created; a bad value is refused naming the field
+    monkeypatch.chdir(tmp_path)
+    for name in [k for k in os.environ if k.startswith("TURN_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TURN_GC__THRESHOLDS", "[0, 10, 10]")
+    with pytest.raises(ConfigurationError, match=r"gc\.thresholds"):
+        load_settings()
+    monkeypatch.setenv("TURN_GC__THRESHOLDS", "[5000, 20, 30]")
+    settings = load_settings()
+    assert settings.gc.thresholds == (5000, 20, 30) and settings.gc.enabled
+    original = gc.get_threshold()
+    try:
+        tune_gc(GcSettings(enabled=False))
+        assert gc.get_threshold() == original and gc.get_freeze_count() == 0
+        tune_gc(settings.gc)
+        assert gc.get_threshold() == (5000, 20, 30) and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*original)
