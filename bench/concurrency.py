@@ -198,12 +198,9 @@ def inflight(turns: int = 10_000, sample: int = 1_000, traced: bool = False,
 
 
 CONCURRENCY_WHATIFS = (
-    "models not decorated",
-    "schemas cached + sync transitions.Machine",
-    "schemas cached + sync Machine, models not decorated",
-    "schemas cached + dict-dispatch machine",
-    "GC thresholds raised",
-    "schemas cached + sync Machine, models not decorated + GC thresholds raised",
+    "bot process GC settings",
+    "dict-dispatch machine",
+    "dict-dispatch machine + bot process GC settings",
 )
 
 

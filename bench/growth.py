@@ -23,8 +23,7 @@ from .whatif import whatif
 from .workload import Engine, check_typical, typical_plan
 
 SIZES = (1, 10, 100, 1_000, 10_000)
-RECOMMENDED = ("schemas cached + sync Machine, models not decorated",
-               "schemas cached + sync Machine, models not decorated + GC thresholds raised")
+RECOMMENDED = ("bot process GC settings",)
 """The what-ifs whose growth is shown next to today's engine (see BENCHMARKS.md)."""
 
 

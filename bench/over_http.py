@@ -18,11 +18,10 @@ from fsm.provider import AbortSignal, PassRequest, TextDelta
 
 from .common import Clock, Section, median, run_async
 from .sse_server import running
-from .whatif import whatif
 from .workload import Engine, chunk_texts
 
 GOAL_OVERHEAD_PCT = 10.0
-VARIANTS = ("client", "engine", "engine_nojournal", "engine_leanjournal", "engine_leanworker")
+VARIANTS = ("client", "engine", "engine_nojournal")
 
 
 def providers_available() -> bool:
@@ -58,10 +57,10 @@ async def _rounds(base_url: str, chunks: int, repeats: int) -> dict[str, list[fl
             assert "".join(parts) == expected, "the bare client lost chunks"
             return clock.wall, clock.cpu
 
-        async def through_engine(journal: bool = True, what_if: str = "") -> tuple[float, float]:
+        async def through_engine(journal: bool = True) -> tuple[float, float]:
             engine = Engine(journal=journal)
             turn, lock, channel = engine.turn("http", provider)
-            with whatif(what_if), Clock() as clock:
+            with Clock() as clock:
                 result = await turn.run()
             engine.locks.release(lock)
             assert result.status == "completed", (result.status, result.error)
@@ -69,9 +68,7 @@ async def _rounds(base_url: str, chunks: int, repeats: int) -> dict[str, list[fl
             return clock.wall, clock.cpu
 
         runs = {"client": bare, "engine": through_engine,
-                "engine_nojournal": lambda: through_engine(journal=False),
-                "engine_leanjournal": lambda: through_engine(what_if="lean journal"),
-                "engine_leanworker": lambda: through_engine(what_if="lean stream worker")}
+                "engine_nojournal": lambda: through_engine(journal=False)}
         await bare()  # warm: connection, code paths
         await through_engine()
         for i in range(repeats):
@@ -104,9 +101,7 @@ def measure(chunks: int = 20_000, repeats: int = 5) -> Section:
     section.add("engine overhead over the bare provider client (client CPU)", cpu_pct, "%",
                 f"≤ {GOAL_OVERHEAD_PCT:g} %", cpu_pct <= GOAL_OVERHEAD_PCT,
                 f"client CPU {1e6 * median(samples['client_cpu']) / chunks:.1f} µs/chunk")
-    for key, label in (("engine_nojournal", "journal off"),
-                       ("engine_leanjournal", "what-if: lean journal"),
-                       ("engine_leanworker", "what-if: lean stream worker")):
+    for key, label in (("engine_nojournal", "journal off"),):
         pct = median([100 * (e / c - 1) for e, c in zip(samples[f"{key}_wall"],
                                                         samples["client_wall"], strict=True)])
         cpu_alt = median([100 * (e / c - 1) for e, c in zip(samples[f"{key}_cpu"],

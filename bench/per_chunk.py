@@ -6,10 +6,9 @@ Side by side in each repeat, on the same source (an async generator yielding `Te
   `run()` to Done (one pass: begin, first token, completed);
 - *bare*: `async for event in source: parts.append(event.text)`;
 - *floor*: the bare loop plus the two things the engine's workload must do per chunk anyway —
-  the journal's `on_text` and `await channel.deliver(text)` — with no engine around them;
-- *engine, journal off*: the same turn with `recorder=None`;
-- *what-if lean journal*: the journal on, recording `(at, text)` tuples (see `whatif`);
-- *what-if lean stream worker*: the per-chunk path trimmed (see `whatif`).
+  record the chunk in the journal (an `(at, text)` tuple appended to the pass's steps) and
+  `await channel.deliver(text)` — with no engine around them;
+- *engine, journal off*: the same turn with `recorder=None`.
 
 Two sources: zero-latency (never awaits) and one that yields control each chunk
 (`await asyncio.sleep(0)`), which is closer to real I/O.
@@ -26,18 +25,16 @@ from fsm.scripted import InMemoryChannel
 
 from .common import Clock, Section, median, run_async
 from .profiling import profile_async
-from .whatif import whatif
 from .workload import Engine, TextProvider, chunk_texts, text_source
 
 GOAL_RATIO = 1.5
 
 
-async def engine_pass(texts: list[str], yield_each: bool, journal: bool = True,
-                      what_if: str = "") -> float:
+async def engine_pass(texts: list[str], yield_each: bool, journal: bool = True) -> float:
     engine = Engine(journal=journal)
     provider = TextProvider(texts, yield_each)
     turn, lock, channel = engine.turn("bench", provider)
-    with whatif(what_if), Clock() as clock:
+    with Clock() as clock:
         result = await turn.run()
     engine.locks.release(lock)
     assert result.status == "completed", result.status
@@ -60,15 +57,16 @@ async def floor_pass(texts: list[str], yield_each: bool) -> float:
     channel = InMemoryChannel()
     loop = asyncio.get_running_loop()
     parts: list[str] = []
-    on_text = recorder.on_text
+    record_text = recorder.on_pass_start(1)
     deliver = channel.deliver
+    clock_now = loop.time
     with Clock() as clock:
-        start = loop.time()
+        start = clock_now()
         async for event in text_source(texts, yield_each):
             text = event.text
-            parts.append(text)
-            on_text(1, loop.time() - start, text, False)
+            record_text((clock_now() - start, text))
             await deliver(text)
+            parts.append(text)
     assert len(channel.delivered) == len(texts)
     return clock.wall
 
@@ -78,11 +76,10 @@ async def unit_costs(n: int) -> dict[str, float]:
     loop = asyncio.get_running_loop()
     engine = Engine()
     recorder = JournalRecorder("unit", engine.config, engine.tools)
-    recorder.on_pass_start(1)
+    record_text = recorder.on_pass_start(1)
     channel = InMemoryChannel()
-    deliver, on_text, clock = channel.deliver, recorder.on_text, loop.time
+    deliver, clock = channel.deliver, loop.time
     parts: list[str] = []
-    steps: list[tuple[float, str]] = []
     out: dict[str, float] = {}
     t0 = time.perf_counter()
     for _ in range(n):
@@ -94,12 +91,8 @@ async def unit_costs(n: int) -> dict[str, float]:
     out["await InMemoryChannel.deliver"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     for _ in range(n):
-        on_text(1, clock() - t0, "x", False)
-    out["JournalRecorder.on_text + loop.time()"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for _ in range(n):
-        steps.append((clock() - t0, "x"))
-    out["(loop.time() - start, text) tuple append"] = time.perf_counter() - t0
+        record_text((clock() - t0, "x"))
+    out["journal: (loop.time() - start, text) appended"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     for _ in range(n):
         clock()
@@ -115,18 +108,13 @@ def measure(chunks: int = 100_000, repeats: int = 5, profile: bool = True) -> Se
     variants: dict[str, Any] = {}
     for yield_each in (False, True):
         samples: dict[str, list[float]] = {"engine": [], "bare": [], "floor": [],
-                                           "engine_nojournal": [], "engine_leanjournal": [],
-                                           "engine_leanworker": []}
+                                           "engine_nojournal": []}
 
         async def one_round(ye: bool = yield_each, s: dict[str, list[float]] = samples) -> None:
             s["bare"].append(await bare_pass(texts, ye))
             s["engine"].append(await engine_pass(texts, ye))
             s["floor"].append(await floor_pass(texts, ye))
             s["engine_nojournal"].append(await engine_pass(texts, ye, journal=False))
-            s["engine_leanjournal"].append(await engine_pass(texts, ye,
-                                                             what_if="lean journal"))
-            s["engine_leanworker"].append(await engine_pass(texts, ye,
-                                                            what_if="lean stream worker"))
 
         run_async(lambda ye=yield_each: engine_pass(texts[:1000], ye))  # warm-up
         for _ in range(repeats):
@@ -135,8 +123,6 @@ def measure(chunks: int = 100_000, repeats: int = 5, profile: bool = True) -> Se
         floor_ratios = [f / b for f, b in zip(samples["floor"], samples["bare"], strict=True)]
         off_ratios = [e / b for e, b in zip(samples["engine_nojournal"], samples["bare"],
                                             strict=True)]
-        lean_ratios = [e / b for e, b in zip(samples["engine_leanjournal"], samples["bare"],
-                                             strict=True)]
         over_floor = [e / f for e, f in zip(samples["engine"], samples["floor"], strict=True)]
         label = "yielding each chunk" if yield_each else "zero-latency"
         ratio = median(ratios)
@@ -150,11 +136,6 @@ def measure(chunks: int = 100_000, repeats: int = 5, profile: bool = True) -> Se
                     median(floor_ratios), "×")
         section.add(f"engine / floor, {label}", median(over_floor), "×")
         section.add(f"engine with journal off / bare, {label}", median(off_ratios), "×")
-        section.add(f"what-if lean journal: engine / bare, {label}", median(lean_ratios), "×")
-        worker_ratios = [e / b for e, b in zip(samples["engine_leanworker"], samples["bare"],
-                                               strict=True)]
-        section.add(f"what-if lean stream worker: engine / bare, {label}",
-                    median(worker_ratios), "×")
         variants[label] = {k: [round(v, 6) for v in vals] for k, vals in samples.items()}
     section.details["samples_s"] = variants
     units = [run_async(lambda: unit_costs(max(1000, chunks // 2))) for _ in range(3)]

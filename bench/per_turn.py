@@ -1,6 +1,6 @@
 """Item 2: turns per second for the typical turn (see `workload`), one after another on one
 event loop (one core), journal on; a cProfile of the same; and what-if variants that put
-numbers on the proposed changes (see `whatif`)."""
+numbers on changes not adopted (see `whatif`)."""
 
 from __future__ import annotations
 
@@ -30,13 +30,9 @@ VARIANTS: dict[str, tuple[bool, str]] = {
     "engine (journal on)": (True, ""),
     "engine, journal off": (False, ""),
     **{f"what-if: {name}": (True, name) for name in (
-        "schemas cached",
-        "schemas cached + models not decorated",
-        "schemas cached + sync transitions.Machine",
-        "schemas cached + sync Machine, models not decorated",
-        "schemas cached + sync Machine, models not decorated + GC thresholds raised",
-        "schemas cached + dict-dispatch machine",
-        "schemas cached + dict dispatch + lean journal",
+        "bot process GC settings",
+        "dict-dispatch machine",
+        "dict-dispatch machine + bot process GC settings",
     )},
 }
 """Name: (journal on, what-if applied; see `whatif.WHATIFS`)."""
