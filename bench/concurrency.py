@@ -183,6 +183,8 @@ async def _inflight(turns: int, sample: int, traced: bool) -> dict[str, Any]:
     out["kill_all_stopped_s"] = max(watch.stopped_at[t.turn_id] for t, _, _ in live) - start
     out["kill_all_done_s"] = done - start
     out["kill_all_gc_s"] = gc_timer.total
+    out["kill_all_full_gcs"] = gc_timer.collections[2]
+    out["kill_all_young_gcs"] = gc_timer.collections[0]
     out["mass_p50_ms"] = 1e3 * percentile(latencies, 50)
     out["mass_p99_ms"] = 1e3 * percentile(latencies, 99)
     for turn, _task, _channel_id in live:
@@ -197,8 +199,12 @@ def inflight(turns: int = 10_000, sample: int = 1_000, traced: bool = False,
         return run_async(lambda: _inflight(turns, sample, traced))
 
 
+BOT_PROCESS = "bot process GC settings"
+"""The collector settings `python -m app` applies (`app.gc_tuning`): the process the bot
+really runs in, so its kill-all figure is judged against the goal too, with repeats."""
+
 CONCURRENCY_WHATIFS = (
-    "bot process GC settings",
+    BOT_PROCESS,
     "dict-dispatch machine",
     "dict-dispatch machine + bot process GC settings",
 )
@@ -233,7 +239,8 @@ def measure(turns: int = 10_000, sample: int = 1_000, repeats: int = 3,
     section.add(f"kill all {turns:,}: last turn Stopped", killed, "s",
                 f"≤ {GOAL_KILL_ALL_S:g} s", killed <= GOAL_KILL_ALL_S,
                 f"every run() returned after {med('kill_all_done_s'):.2f} s; "
-                f"GC {med('kill_all_gc_s'):.2f} s of it")
+                f"GC {med('kill_all_gc_s'):.2f} s of it ({med('kill_all_full_gcs'):.0f} full, "
+                f"{med('kill_all_young_gcs'):.0f} young collections)")
     p50, p99 = med("single_p50_ms"), med("single_p99_ms")
     section.add(f"single /kill latency p50 ({turns:,} in flight)", p50, "ms")
     section.add(f"single /kill latency p99 ({turns:,} in flight)", p99, "ms",
@@ -252,12 +259,20 @@ def measure(turns: int = 10_000, sample: int = 1_000, repeats: int = 3,
                                      if isinstance(value, (int, float))}
     alternatives: dict[str, Any] = {}
     for name in whatifs:
-        plain = run(False, min(sample, 200), name)
-        alternatives[name] = plain
-        section.add(f"what-if {name}: KB per turn (RSS)", plain["rss_per_turn_b"] / 1024, "KB",
-                    note=f"{plain['gc_objects_per_turn']:.0f} GC-tracked objects per turn")
-        section.add(f"what-if {name}: kill all, last Stopped", plain["kill_all_stopped_s"], "s",
-                    note=f"GC {plain['kill_all_gc_s']:.2f} s; start "
-                         f"{1e6 * plain['spawn_s'] / turns:.0f} µs/turn")
+        judged = name == BOT_PROCESS
+        alt_runs = [run(False, min(sample, 200), name) for _ in range(repeats if judged else 1)]
+        alternatives[name] = alt_runs
+
+        def alt(key: str, runs: list[dict[str, Any]] = alt_runs) -> float:
+            return median([r[key] for r in runs])
+
+        section.add(f"what-if {name}: KB per turn (RSS)", alt("rss_per_turn_b") / 1024, "KB",
+                    note=f"{alt('gc_objects_per_turn'):.0f} GC-tracked objects per turn")
+        killed_alt = alt("kill_all_stopped_s")
+        section.add(f"what-if {name}: kill all, last Stopped", killed_alt, "s",
+                    f"≤ {GOAL_KILL_ALL_S:g} s" if judged else None,
+                    killed_alt <= GOAL_KILL_ALL_S if judged else None,
+                    note=f"GC {alt('kill_all_gc_s'):.2f} s ({alt('kill_all_full_gcs'):.0f} full "
+                         f"collections); start {1e6 * alt('spawn_s') / turns:.0f} µs/turn")
     section.details["whatifs"] = alternatives
     return section
