@@ -9,7 +9,7 @@ memory, BENCHMARKS.md F3) for methods the driver never calls.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -77,6 +77,18 @@ class SequentialAsyncMachine(AsyncMachine):
     ) -> None:
         for func in funcs:
             await self.callback(func, event_data)
+
+    async def process_context(self, func: Callable[[], Awaitable[Any]], model: object) -> bool:
+        """Run the trigger on the calling task. `AsyncMachine` records every task inside a
+        trigger per model so that the next successful trigger can cancel it, and it turns a
+        cancellation of that task into `False` (DESIGN_NOTES; upstream #704, #712). Here the
+        turn's driver is the only task that fires triggers, one at a time, and its callbacks
+        never await, so there is never another transition to cancel — and a cancellation
+        aimed at the driver is not swallowed."""
+        return bool(await func())
+
+    async def cancel_running_transitions(self, model: object, msg: str | None = None) -> None:
+        """Nothing to cancel (see `process_context`)."""
 
 
 @lru_cache(maxsize=1)

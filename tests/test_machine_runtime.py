@@ -5,6 +5,7 @@ order on the driver task, and turns that fire triggers on it without joining it 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 
 import pytest
@@ -85,3 +86,37 @@ async def test_transitions_create_no_tasks() -> None:
     assert len(played.transitions) == 7
     workers = [name for name in created if name != "Turn.run"]
     assert workers == ["stream_worker", "Turn._tool_worker", "stream_worker"]
+
+
+async def test_a_cancellation_inside_a_trigger_is_not_swallowed() -> None:
+    # covers S16 (a kill is always honoured) against the 0.9.3 behaviour DESIGN_NOTES
+    # describes: AsyncMachine turns a cancellation of a task inside a trigger into False
+    entered = asyncio.Event()
+
+    class Model:
+        state = "a"
+
+        async def slow(self) -> None:
+            entered.set()
+            await asyncio.Event().wait()
+
+    machine = SequentialAsyncMachine(model=None, states=["a", "b"], initial="a",
+                                     transitions=[{"trigger": "go", "source": "a",
+                                                   "dest": "b", "after": "slow"}],
+                                     auto_transitions=False)
+    plain = AsyncMachine(model=None, states=["a", "b"], initial="a",
+                         transitions=[{"trigger": "go", "source": "a", "dest": "b",
+                                       "after": "slow"}], auto_transitions=False)
+    outcomes: list[str] = []
+    for runtime in (plain, machine):
+        entered.clear()
+        task = asyncio.get_running_loop().create_task(
+            runtime.events["go"].trigger(Model()), context=contextvars.Context())
+        await entered.wait()
+        task.cancel()
+        try:
+            outcomes.append(f"returned {await task}")
+        except asyncio.CancelledError:
+            outcomes.append("cancelled")
+    assert outcomes == ["returned False", "cancelled"]
+    assert machine.async_tasks == {}
