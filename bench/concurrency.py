@@ -24,7 +24,7 @@ from typing import Any
 from fsm.table import State
 from fsm.turn import Turn
 
-from .common import GcTimer, Section, median, percentile, rss_bytes, run_async, run_isolated
+from .common import ROOT, GcTimer, Section, median, percentile, rss_bytes, run_async, run_isolated
 from .whatif import whatif
 from .workload import Engine, StallProvider, check_typical
 
@@ -102,7 +102,7 @@ def _type_counts() -> dict[str, int]:
 
 
 def _short_file(name: str) -> str:
-    for marker in ("site-packages/", "/work/main/", "/lib/python3.11/"):
+    for marker in ("site-packages/", f"{ROOT}/", "/lib/python3.11/"):
         name = name.split(marker)[-1]
     return name
 

@@ -7,7 +7,7 @@ import pstats
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .common import run_async
+from .common import ROOT, run_async
 
 AREAS = (
     ("transitions", "/transitions/"),
@@ -35,7 +35,7 @@ def _area(filename: str) -> str:
 
 def _short(func: tuple[str, int, str]) -> str:
     filename, line, name = func
-    for marker in ("site-packages/", "/lib/python3.", "/work/main/"):
+    for marker in ("site-packages/", "/lib/python3.", f"{ROOT}/"):
         if marker in filename:
             filename = filename.split(marker, 1)[1]
             if marker == "/lib/python3.":
