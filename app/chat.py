@@ -41,6 +41,12 @@ class TerminalChannel:
         self.out.write("\n")
         self.out.flush()
 
+    def discard_unsent(self) -> None:
+        """Nothing to drop: text is written as it comes."""
+
+    async def settle_sends(self) -> None:
+        """Nothing in flight."""
+
     async def post_notice(self, notice: Notice) -> None:
         self.out.write(f"\n[{notice.title}] {notice.description}\n")
         self.out.flush()

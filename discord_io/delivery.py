@@ -165,6 +165,16 @@ class DiscordChannel(TurnChannel):
         if self.failure is not None:
             raise self.failure
 
+    def discard_unsent(self) -> None:
+        """Drop the buffered text and the messages queued behind a send in flight; the send
+        in flight itself is on the wire and may still land (S10)."""
+        self._cancel_idle_flush()
+        self._splitter.flush()
+        self._drop_queued()
+
+    async def settle_sends(self) -> None:
+        await self._settle()
+
     async def post_notice(self, notice: Notice) -> None:
         item = _Outgoing(chunk=None, notice=notice)
         self._enqueue(item)
@@ -198,9 +208,7 @@ class DiscordChannel(TurnChannel):
         Unsent text is dropped first. Returns how many messages were deleted; raises
         `DeliveryError` if some could not be (they stay listed in `delivered`).
         """
-        self._cancel_idle_flush()
-        self._splitter.flush()
-        self._drop_queued()
+        self.discard_unsent()
         await self._settle()
         kept: list[DeliveredMessage] = []
         deleted = 0
@@ -222,9 +230,7 @@ class DiscordChannel(TurnChannel):
 
     async def aclose(self) -> None:
         """Stop delivering: unsent text is dropped, an in-flight send gets a short grace."""
-        self._cancel_idle_flush()
-        self._splitter.flush()
-        self._drop_queued()
+        self.discard_unsent()
         pump = self._pump
         if pump is not None and not pump.done():
             await asyncio.wait({pump}, timeout=self.close_grace_s)

@@ -57,6 +57,15 @@ class TurnChannel(Protocol):
     async def finish_pass(self) -> None:
         """A pass ended: flush whatever text is buffered."""
 
+    def discard_unsent(self) -> None:
+        """The pass was cut short (timed out, stopped, failed): drop the text handed over but
+        not yet on its way to the user. It is in no continuation (S10, G1), so sending it
+        later, or with a fallback's answer, would show text twice or out of place."""
+
+    async def settle_sends(self) -> None:
+        """Return once the sends already on their way have landed or failed: the engine
+        waits for this within the settle budget, so they count as delivered (S10)."""
+
     async def post_notice(self, notice: Notice) -> None:
         """Post a user-facing notice."""
 

@@ -200,6 +200,12 @@ class InMemoryChannel:
     async def finish_pass(self) -> None:
         self.passes_finished += 1
 
+    def discard_unsent(self) -> None:
+        """Nothing to drop: every chunk is delivered as it comes."""
+
+    async def settle_sends(self) -> None:
+        """Nothing in flight."""
+
     async def post_notice(self, notice: Notice) -> None:
         self.notices.append(notice)
 

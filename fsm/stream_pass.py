@@ -54,6 +54,7 @@ class PassRun:
     finish: str | None = None
     error: ProviderError | None = None
     got_token: bool = False
+    flushed: bool = False
     closed: bool = False
     aborted_at: float | None = None
     worker: asyncio.Task[None] | None = None
@@ -106,6 +107,7 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
     parts = run.parts
     started = run.started_at
     stream: AsyncIterator[ProviderEvent] | None = None
+    crashed = False
     try:
         with turn.locks.watchdog(lock):
             stream = turn.provider.stream(run.request, abort)
@@ -148,20 +150,21 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
                     break
             if not abort.fired:
                 await channel.finish_pass()
+                run.flushed = True
     except asyncio.CancelledError as exc:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise  # the engine cancelled this worker
-        _crashed(turn, run, exc, clock())  # the adapter raised it: a failure, not a stop
-        return
+        crashed = _crashed(turn, run, exc, clock())  # the adapter raised it: not a stop
     except Exception as exc:
-        _crashed(turn, run, exc, clock())
-        return
+        crashed = _crashed(turn, run, exc, clock())
     finally:
         if stream is not None:
             await _close(stream)
+    if crashed:
+        return
     if abort.fired:
-        _settled(turn, run, clock())
+        await _settled(turn, run)
         return
     outcome = _outcome(run)
     if recorder is not None:
@@ -181,17 +184,26 @@ async def _close(stream: object) -> None:
         log.warning("closing the provider stream failed: %s", type(exc).__name__)
 
 
-def _crashed(turn: Turn, run: PassRun, exc: BaseException, now: float) -> None:
+def _crashed(turn: Turn, run: PassRun, exc: BaseException, now: float) -> bool:
+    """Report the failure at once (True); a stream that was aborted settles instead (S10)."""
     if run.abort.fired:
-        _settled(turn, run, now)
-        return
+        return False
     if turn.recorder is not None:
         turn.recorder.on_raise(run.no, now - run.started_at, exc)
     turn.mailbox.post(StreamCrashed(run.no, exc))
+    return True
 
 
-def _settled(turn: Turn, run: PassRun, now: float) -> None:
-    """The aborted stream has finished: whatever was on the wire has landed (S10)."""
+async def _settled(turn: Turn, run: PassRun) -> None:
+    """The aborted stream has finished: whatever was on the wire has landed (S10). A
+    channel that buffers drops what it never sent and lets the sends in flight land; the
+    driver's settle deadline bounds that wait like the stream's."""
+    channel = turn.channel
+    try:
+        channel.discard_unsent()
+        await channel.settle_sends()
+    except Exception as exc:
+        log.warning("settling the channel's sends failed: %s", type(exc).__name__)
     if turn.recorder is not None and run.aborted_at is not None:
-        turn.recorder.on_stall(run.no, now - run.aborted_at)
+        turn.recorder.on_stall(run.no, asyncio.get_running_loop().time() - run.aborted_at)
     turn.mailbox.post(StreamSettled(run.no))

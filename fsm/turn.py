@@ -783,8 +783,15 @@ class Turn:
     # ----------------------------------------------------------------- cleanup
 
     async def _cleanup(self) -> None:
-        """No worker, timer, kill handle or progress callback outlives the turn (S14)."""
+        """No worker, timer, kill handle or progress callback outlives the turn (S14), and a
+        pass cut short leaves no unsent text in the channel for a fallback to send (G1)."""
         self._end_pass()
+        if self._run is not None and not self._run.flushed:
+            try:
+                self.channel.discard_unsent()
+            except Exception as exc:
+                log.warning("turn %s: the channel could not drop unsent text: %s",
+                            self.turn_id, type(exc).__name__)
         tasks = [t for t in (self._tool_task, self._restart_task) if t is not None]
         tasks += self._abandoned
         if self._run is not None and self._run.worker is not None:

@@ -265,3 +265,68 @@ async def test_chunk_after_the_abort_neither_rearms_nor_touches_the_lock() -> No
     assert seen == {"touch": pytest.approx(start), "deadline": None}
     assert [line["t"] for line in turn.transitions][-2:] == [pytest.approx(120.0),
                                                              pytest.approx(122.0)]
+
+
+class BufferingChannel(InMemoryChannel):
+    """Like a Discord channel: text is buffered and sent later; one send may be in flight."""
+
+    def __init__(self, lands_after: float | None = None) -> None:
+        super().__init__()
+        self.pending: list[str] = []
+        self.sent: list[str] = []
+        self.lands_after = lands_after
+        self.discarded: list[str] = []
+
+    @property
+    def delivered_text(self) -> str:
+        return "".join(self.sent)
+
+    async def deliver(self, text: str) -> None:
+        self.pending.append(text)
+
+    async def finish_pass(self) -> None:
+        self.sent += self.pending
+        self.pending.clear()
+
+    def discard_unsent(self) -> None:
+        self.discarded += self.pending
+        self.pending.clear()
+
+    async def settle_sends(self) -> None:
+        if self.lands_after is not None:  # a send already on the wire
+            await asyncio.sleep(self.lands_after)
+            self.sent.append("[on the wire]")
+
+
+async def test_timed_out_pass_lets_sends_on_the_wire_land_and_drops_the_rest() -> None:
+    # covers S10, S13, G1: after a timeout, text the channel never sent is dropped (a
+    # fallback continues from what was delivered), and a send already on the wire that
+    # lands within the settle budget counts as delivered
+    channel = BufferingChannel(lands_after=3)
+    registry = ChannelLockRegistry()
+    lock = registry.try_acquire("c1", "test")
+    assert lock is not None
+    turn = Turn(provider=ProbeProvider([(1, "Half a sent")], hang=True), channel=channel,
+                locks=registry, lock=lock, config=TurnConfig(idle_timeout_s=10))
+    result = await turn.run()
+    assert [(line["event"], line["t"]) for line in turn.transitions][-2:] == [
+        ("idle_timeout", pytest.approx(11.0)), ("settled", pytest.approx(14.0))]
+    assert channel.discarded == ["Half a sent"] and channel.pending == []
+    assert result.delivered_text == "[on the wire]"
+    assert result.text == "Half a sent"
+
+
+async def test_pass_cut_short_by_a_kill_leaves_no_unsent_text() -> None:
+    # covers S16, G1: a stopped turn's unsent text is not left for a later attempt to send
+    channel = BufferingChannel()
+    registry = ChannelLockRegistry()
+    lock = registry.try_acquire("c1", "test")
+    assert lock is not None
+    turn = Turn(provider=ProbeProvider([(1, "never sent")], hang=True), channel=channel,
+                locks=registry, lock=lock)
+    task = asyncio.create_task(turn.run())
+    await asyncio.sleep(2)
+    turn.request_stop()
+    result = await task
+    assert result.status == "stopped_by_user"
+    assert channel.discarded == ["never sent"] and channel.sent == []
