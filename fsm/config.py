@@ -21,6 +21,10 @@ class TurnConfig(BaseModel):
     idle_timeout_s: float = Field(120.0, gt=0)
     settle_timeout_s: float = Field(5.0, ge=0)
     tool_timeout_s: float = Field(300.0, gt=0)
+    delivery_timeout_s: float = Field(300.0, gt=0)
+    """How long the channel may take to send what a finished pass handed it (Discord's rate
+    limits) before the turn ends Done/error. The model's idle timer stops when its stream
+    ends: a model that finished is not inactive while the channel makes it wait (S15)."""
     max_iterations: int = Field(100, ge=1)
     soft_warn_iteration: int = Field(20, ge=1)
     max_consecutive_tool_errors: int = Field(5, ge=1)

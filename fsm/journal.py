@@ -118,19 +118,24 @@ class JournalRecorder:
     def on_keepalive(self, pass_no: int, at: float) -> None:
         self._steps(pass_no).append({"at": _r(at), "keepalive": True})
 
-    def on_end(self, pass_no: int, at: float, outcome: str, run: PassRun) -> None:
-        steps = self._steps(pass_no)
+    def on_end(self, pass_no: int, at: float, outcome: str, run: PassRun,
+               flush_s: float = 0.0) -> None:
+        """The stream ended at `at`; the channel then took `flush_s` to send the pass."""
+        step: dict[str, Any] = {"at": _r(at)}
         if outcome == "tool_call":
             calls = [{"name": c.name, "args": jsonable(c.arguments), "truncated": c.truncated,
                       **({"id": c.id} if c.id else {})} for c in run.tool_calls]
             if len(calls) == 1:
-                steps.append({"at": _r(at), "tool_call": calls[0]})
+                step["tool_call"] = calls[0]
             else:
-                steps.append({"at": _r(at), "tool_calls": calls})
+                step["tool_calls"] = calls
         elif outcome == "provider_error" and run.error is not None:
-            steps.append({"at": _r(at), "error": run.error.message})
+            step["error"] = run.error.message
         else:
-            steps.append({"at": _r(at), "end": "completed" if outcome == "completed" else "empty"})
+            step["end"] = "completed" if outcome == "completed" else "empty"
+        if _r(flush_s) > 0:
+            step["flush_s"] = _r(flush_s)
+        self._steps(pass_no).append(step)
 
     def on_raise(self, pass_no: int, at: float, error: BaseException) -> None:
         self._steps(pass_no).append({"at": _r(at), "raise": f"{type(error).__name__}: {error}"})

@@ -76,7 +76,7 @@ async def play(scenario: Scenario, observer: TurnObserver | None = None) -> Play
                                 max_follow_up_interrupts=config.max_follow_up_interrupts)
     lock = locks.try_acquire(CHANNEL_ID, owner=scenario.name)
     assert lock is not None
-    channel = InMemoryChannel(scenario.history)
+    channel = InMemoryChannel(scenario.history, flush_delays=scenario.flush_delays())
     provider = ScriptedProvider(scenario.passes)
     tools = ScriptedTools(scenario.tools, stash, stash_keys)
     turn = Turn(provider=provider, channel=channel, locks=locks, lock=lock,

@@ -49,6 +49,9 @@ class Step(_Loose):
     stall: bool = False
     settles_after: float = Field(default=0.0, ge=0)
     lands: str | None = None
+    flush_s: float = Field(default=0.0, ge=0)
+    """On the step that ends a pass: how long the channel then took to send what the pass
+    had handed it (a live Discord channel waiting out rate limits)."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Step:
@@ -154,6 +157,10 @@ class Scenario(_Loose):
     events: list[ScheduledEvent] = Field(default_factory=list)
     request: RequestSpec = Field(default_factory=RequestSpec)
     expect: Any = None
+
+    def flush_delays(self) -> list[float]:
+        """Per pass, the channel's `flush_s` after the stream ended (0 when not given)."""
+        return [max((step.flush_s for step in steps), default=0.0) for steps in self.passes]
 
     def turn_config(self) -> TurnConfig:
         known = {k: v for k, v in self.config.items() if k in TurnConfig.model_fields}

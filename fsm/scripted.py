@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
 from .channel import Notice
@@ -183,8 +183,10 @@ class ScriptedTools:
 class InMemoryChannel:
     """A channel that keeps what it was sent and answers reactor look-ups from history."""
 
-    def __init__(self, history: list[HistoryMessage] | None = None) -> None:
+    def __init__(self, history: list[HistoryMessage] | None = None,
+                 flush_delays: Sequence[float] = ()) -> None:
         self.history = {m.id: m for m in history or []}
+        self.flush_delays = list(flush_delays)
         self.delivered: list[str] = []
         self.notices: list[Notice] = []
         self.passes_finished = 0
@@ -198,6 +200,11 @@ class InMemoryChannel:
         self.delivered.append(text)
 
     async def finish_pass(self) -> None:
+        """Instant, unless a recorded flush took time (a scenario's `flush_s`)."""
+        if self.passes_finished < len(self.flush_delays):
+            delay = self.flush_delays[self.passes_finished]
+            if delay > 0:
+                await asyncio.sleep(delay)
         self.passes_finished += 1
 
     def discard_unsent(self) -> None:

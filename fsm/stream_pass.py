@@ -108,6 +108,7 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
     started = run.started_at
     stream: AsyncIterator[ProviderEvent] | None = None
     crashed = False
+    ended_at = 0.0
     try:
         with turn.locks.watchdog(lock):
             stream = turn.provider.stream(run.request, abort)
@@ -149,8 +150,8 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
                     run.error = event
                     break
             if not abort.fired:
-                await channel.finish_pass()
-                run.flushed = True
+                ended_at = clock()
+                await _flush(turn, run)
     except asyncio.CancelledError as exc:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
@@ -168,8 +169,27 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
         return
     outcome = _outcome(run)
     if recorder is not None:
-        recorder.on_end(run.no, clock() - started, outcome, run)
+        recorder.on_end(run.no, ended_at - started, outcome, run, clock() - ended_at)
     post(StreamEnded(run.no, outcome, run.error))
+
+
+async def _flush(turn: Turn, run: PassRun) -> None:
+    """The stream has ended: the model is done, so its inactivity timer stops (S15: only
+    the engine's own inactivity timeout is a timeout), and the channel gets the delivery
+    budget to send what the pass handed it — a Discord channel may be waiting out rate
+    limits. Running out of it is a failed send (D2)."""
+    run.deadline = None
+    budget = turn.config.delivery_timeout_s
+    try:
+        async with asyncio.timeout(budget):
+            await turn.channel.finish_pass()
+    except TimeoutError:
+        raise DeliveryTimeout(f"the channel did not finish sending within {budget:g} s") from None
+    run.flushed = True
+
+
+class DeliveryTimeout(Exception):
+    """The channel took longer than the delivery budget to send a finished pass."""
 
 
 async def _close(stream: object) -> None:

@@ -4,17 +4,27 @@ abort handles, the lock watchdog, kill routing and cleanup. All in virtual time.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
 
 from fsm.config import TurnConfig
+from fsm.journal import JournalRecorder, journal_document
 from fsm.locks import ChannelLockRegistry
 from fsm.prefill import TurnRequest
-from fsm.provider import AbortSignal, HistoryEntry, PassRequest, ProviderEvent, TextDelta
-from fsm.runner import play
+from fsm.provider import (
+    AbortSignal,
+    Finish,
+    HistoryEntry,
+    PassRequest,
+    ProviderEvent,
+    TextDelta,
+)
+from fsm.runner import play, replay_on_loop
 from fsm.scenario import Step, parse_scenario
 from fsm.scripted import InMemoryChannel, ScriptedProvider
+from fsm.tools import ToolRegistry
 from fsm.turn import Turn
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
@@ -330,3 +340,56 @@ async def test_pass_cut_short_by_a_kill_leaves_no_unsent_text() -> None:
     result = await task
     assert result.status == "stopped_by_user"
     assert channel.discarded == ["never sent"] and channel.sent == []
+
+
+class SlowFlush(InMemoryChannel):
+    """A channel whose end-of-pass flush takes `flush_s` (Discord waiting out 429s)."""
+
+    def __init__(self, flush_s: float) -> None:
+        super().__init__()
+        self.flush_s = flush_s
+
+    async def finish_pass(self) -> None:
+        await asyncio.sleep(self.flush_s)
+        await super().finish_pass()
+
+
+async def test_model_that_finished_is_not_timed_out_while_the_channel_sends() -> None:
+    # covers S5, S15, D2: the idle timer measures the model; once its stream has ended, a
+    # flush longer than the idle budget is the channel's time, and the journal records it
+    # so the turn replays exactly
+    registry = ChannelLockRegistry()
+    lock = registry.try_acquire("c1", "test")
+    assert lock is not None
+    config = TurnConfig(idle_timeout_s=120)
+    recorder = JournalRecorder("slow-flush", config, ToolRegistry())
+    class Answer:
+        name = "answer"
+
+        async def stream(self, request: PassRequest, abort: AbortSignal) -> Any:
+            await asyncio.sleep(1)
+            yield TextDelta("A short answer.")
+            yield Finish("stop")
+
+    turn = Turn(provider=Answer(), channel=SlowFlush(150),
+                locks=registry, lock=lock, config=config, recorder=recorder)
+    result = await turn.run()
+    assert result.status == "completed" and result.notices == []
+    assert [(line["event"], line["t"]) for line in turn.transitions][-1] == (
+        "completed", pytest.approx(151.0))
+    assert recorder.passes == [[{"at": 1.0, "text": "A short answer."},
+                                {"at": 1.0, "end": "completed", "flush_s": 150.0}]]
+    document = json.loads(json.dumps(journal_document(recorder.scenario(), turn.transitions,
+                                                      result.as_dict())))
+    assert await replay_on_loop(document, "slow-flush") is None
+
+
+async def test_flush_past_the_delivery_budget_is_a_failed_send() -> None:
+    # covers S15, D2: a channel that never finishes sending does not hold the turn and its
+    # lock: past the delivery budget the turn ends Done/error, the delivered text kept
+    turn = _turn(ProbeProvider([(1, "Stuck.")]), delivery_timeout_s=60)
+    turn.channel = SlowFlush(1000)
+    result = await turn.run()
+    assert result.status == "error" and "within 60 s" in (result.error or "")
+    assert turn.transitions[-1]["t"] == pytest.approx(61.0)
+    assert result.text == "Stuck."
