@@ -44,9 +44,6 @@ class TerminalChannel:
     def discard_unsent(self) -> None:
         """Nothing to drop: text is written as it comes."""
 
-    async def settle_sends(self) -> None:
-        """Nothing in flight."""
-
     async def post_notice(self, notice: Notice) -> None:
         self.out.write(f"\n[{notice.title}] {notice.description}\n")
         self.out.flush()

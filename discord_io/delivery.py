@@ -172,9 +172,6 @@ class DiscordChannel(TurnChannel):
         self._splitter.flush()
         self._drop_queued()
 
-    async def settle_sends(self) -> None:
-        await self._settle()
-
     async def post_notice(self, notice: Notice) -> None:
         item = _Outgoing(chunk=None, notice=notice)
         self._enqueue(item)

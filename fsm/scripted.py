@@ -210,9 +210,6 @@ class InMemoryChannel:
     def discard_unsent(self) -> None:
         """Nothing to drop: every chunk is delivered as it comes."""
 
-    async def settle_sends(self) -> None:
-        """Nothing in flight."""
-
     async def post_notice(self, notice: Notice) -> None:
         self.notices.append(notice)
 

@@ -215,15 +215,15 @@ def _crashed(turn: Turn, run: PassRun, exc: BaseException, now: float) -> bool:
 
 
 async def _settled(turn: Turn, run: PassRun) -> None:
-    """The aborted stream has finished: whatever was on the wire has landed (S10). A
-    channel that buffers drops what it never sent and lets the sends in flight land; the
-    driver's settle deadline bounds that wait like the stream's."""
-    channel = turn.channel
-    try:
-        channel.discard_unsent()
-        await channel.settle_sends()
-    except Exception as exc:
-        log.warning("settling the channel's sends failed: %s", type(exc).__name__)
+    """The aborted stream has finished: whatever was on the wire has landed (S10). After a
+    timeout the channel dropped what it had not sent yet (`on_stream_timeout`); what landed
+    since, and a send still in flight, are flushed now, within the driver's settle
+    deadline, so they are in the delivered text a fallback continues from."""
+    if run.aborted_at is not None:
+        try:
+            await turn.channel.finish_pass()
+        except Exception as exc:
+            log.warning("flushing what landed failed: %s", type(exc).__name__)
     if turn.recorder is not None and run.aborted_at is not None:
         turn.recorder.on_stall(run.no, asyncio.get_running_loop().time() - run.aborted_at)
     turn.mailbox.post(StreamSettled(run.no))

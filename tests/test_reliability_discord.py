@@ -10,7 +10,9 @@ regression cell here: a request cancelled while discord.py sleeps off a global 4
 the client for good (`discord_io/rate_limits.py`); the idle flush livelocked on a deadline
 off the clock's grid (`DiscordChannel._idle_flush`); /kill during the bot's history read
 was not honoured until the read returned (`TurnBot._read_history`). Three engine defects
-are strict xfail cells (their reasons name the cause).
+they found (B16 and B19 in RELIABILITY.md: unsent text glued to a fallback's answer and a
+send landing within the settle wait missing from the continuation; a finished reply timed
+out while Discord rate-limited its flush) are fixed; their cells here keep them fixed.
 
 After every cell the harness checks what a user and an operator would: each turn ended in
 exactly one terminal state; the delivered text is what Discord really received (the
@@ -497,15 +499,6 @@ async def test_429_storm_past_the_retries_ends_done_error_with_what_discord_rece
         assert record.channel.failure.status == 429
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fsm/stream_pass.py stream_worker awaits channel.finish_pass() while the pass's idle "
-        "timer is armed: a reply the model completed is still being sent (Discord rate limits "
-        "it) when the idle budget runs out, so the turn ends TimedOut with the 'model went "
-        "quiet' notice (and would fall back, G1) though the model finished at 2 s"
-    ),
-)
 async def test_429_storm_longer_than_the_idle_budget_after_the_model_finished(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -523,16 +516,6 @@ async def test_429_storm_longer_than_the_idle_budget_after_the_model_finished(
         assert statuses(h) == ["completed"] and record.result.notices == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fsm/turn.py Settling waits only for the provider stream, not for DiscordChannel's "
-        "send pump: with a fallback pending (notice deferred, S12) the primary's result is "
-        "computed at the timeout (11 s) while its first message waits out a 429 and lands at "
-        "14 s, inside the 5 s settle budget, so the fallback's prefill omits text Discord "
-        "received and the fallback model repeats it (G1)"
-    ),
-)
 async def test_send_held_by_a_429_at_the_timeout_is_in_the_fallbacks_prefill(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -559,17 +542,6 @@ async def test_send_held_by_a_429_at_the_timeout_is_in_the_fallbacks_prefill(
         await check_settled(h)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fsm: a pass that ends without finish_pass (timed out, so aborted) leaves its unsent "
-        "text in the DiscordChannel's buffer, and fsm/generation.py hands the same channel to "
-        "the fallback without telling it to drop that text (TurnChannel has no such hook): "
-        "the primary's half sentence, never delivered and not in the fallback's prefill, is "
-        "sent glued to the fallback's answer (G1, D1); the defect B16 of "
-        "tests/test_reliability_generation.py, met here through the bot"
-    ),
-)
 async def test_unsent_text_of_a_timed_out_attempt_is_not_sent_with_the_fallback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

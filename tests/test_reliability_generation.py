@@ -44,7 +44,6 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import discord
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -87,13 +86,6 @@ EARLIER_CALL = {
 }
 TAIL_RANK = {"tool_history": 0, "notice": 1, "prefill": 2}
 NAMED_CALL = re.compile(r"(\w+)\((\{[^()]*\})\)")
-
-B16_OPEN = True
-"""B16 (open, see `test_b16_*` below): text an attempt handed to a buffering channel that was
-not sent when the attempt ended (a timed-out or crashed pass never flushes it) stays in the
-channel's buffer and is sent at the head of the next attempt's first message, after the point
-that attempt continues from. While open, the oracle lets an attempt's sent text start with
-exactly that leftover; remove the exception with the fix."""
 
 # ----------------------------------------------------------------------------- generator
 
@@ -824,14 +816,12 @@ def _check_delivery(run: ChainRun, discord_kind: bool) -> None:
         sent = log.texts(a.index)
         if discord_kind:
             # what Discord received during the attempt is the attempt's delivered text, and
-            # it is the attempt's own (a buffer left by an earlier attempt only under B16)
+            # it is the attempt's own: no buffer left by an earlier attempt (B16, fixed)
             assert result.delivered_text == sent
-            leftover = a.pending_at_start if B16_OPEN else ""
-            if not B16_OPEN:
-                assert a.pending_at_start == "", (
-                    f"attempt {a.index} began with {a.pending_at_start!r} still unsent"
-                )
-            assert _squash(leftover + log.own(a.index)).startswith(_squash(sent)), (
+            assert a.pending_at_start == "", (
+                f"attempt {a.index} began with {a.pending_at_start!r} still unsent"
+            )
+            assert _squash(log.own(a.index)).startswith(_squash(sent)), (
                 f"attempt {a.index} sent {sent!r}, it handed over {log.own(a.index)!r}"
             )
         else:
@@ -993,15 +983,6 @@ def test_completed_calls_are_replayed_not_rerun_and_media_is_not_carried() -> No
     assert run.result.status == "completed" and run.result.delivered_text == "Cats are great."
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "B16: fsm/stream_pass.py stream_worker flushes the channel (finish_pass) only when the "
-        "abort has not fired, and fsm/generation.py run_generation_turn starts the fallback on the "
-        "same channel: text a timed-out attempt left in DiscordChannel's buffer is sent at the "
-        "head of the fallback's first message, after the point the fallback continues from"
-    ),
-)
 def test_b16_text_a_timed_out_attempt_left_unsent_is_not_sent_inside_the_fallback() -> None:
     # covers G1, S10, D1, D2: what the user sees is the fallback's prefill, then its own text
     raw = _chain(
@@ -1017,14 +998,6 @@ def test_b16_text_a_timed_out_attempt_left_unsent_is_not_sent_inside_the_fallbac
     assert seen == prefill + "Hi there.", (seen, prefill)  # today "Hello worHi there.", ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "B16: a send that lands while a timed-out pass settles reaches DiscordChannel's buffer, "
-        "never its record (no finish_pass after an abort), so the turn's delivered text, and the "
-        "fallback's prefill, leave it out though the pass's own text has it (S10)"
-    ),
-)
 def test_b16_text_landing_within_the_settle_wait_is_in_the_continuation() -> None:
     # covers S10, S13, G1
     raw = _chain(

@@ -278,7 +278,8 @@ async def test_chunk_after_the_abort_neither_rearms_nor_touches_the_lock() -> No
 
 
 class BufferingChannel(InMemoryChannel):
-    """Like a Discord channel: text is buffered and sent later; one send may be in flight."""
+    """Like a Discord channel: text is buffered until the pass ends; one send may already be
+    on the wire, landing `lands_after` seconds into the next flush."""
 
     def __init__(self, lands_after: float | None = None) -> None:
         super().__init__()
@@ -295,17 +296,16 @@ class BufferingChannel(InMemoryChannel):
         self.pending.append(text)
 
     async def finish_pass(self) -> None:
+        if self.lands_after is not None:
+            await asyncio.sleep(self.lands_after)
+            self.sent.append("[on the wire]")
+            self.lands_after = None
         self.sent += self.pending
         self.pending.clear()
 
     def discard_unsent(self) -> None:
         self.discarded += self.pending
         self.pending.clear()
-
-    async def settle_sends(self) -> None:
-        if self.lands_after is not None:  # a send already on the wire
-            await asyncio.sleep(self.lands_after)
-            self.sent.append("[on the wire]")
 
 
 async def test_timed_out_pass_lets_sends_on_the_wire_land_and_drops_the_rest() -> None:
