@@ -37,15 +37,17 @@ class LookupBudget:
     per_reaction: int
 
 
-@dataclass(slots=True)
-class RevealOutcome:
-    items: list[dict[str, Any]]
-    lookups: int
-    reactors: dict[tuple[str, str], list[str]] = field(default_factory=dict)
-
-
 def _is_dialogue(item: dict[str, Any]) -> bool:
     return item.get("type") == "dialogue" and isinstance(item.get("message_id"), str)
+
+
+@dataclass(slots=True)
+class LookupProgress:
+    """What the look-ups found so far: kept by the caller, so a reveal whose look-ups run
+    out of time still annotates with the names found and counts the calls made (R6)."""
+
+    reactors: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    lookups: int = 0
 
 
 async def fetch_reactors(
@@ -53,10 +55,12 @@ async def fetch_reactors(
     channel: TurnChannel,
     budget: LookupBudget,
     recent: int,
+    progress: LookupProgress | None = None,
 ) -> tuple[dict[tuple[str, str], list[str]], int]:
     """Reactor names per (message id, emoji) for the recent dialogue that carries reactions."""
-    reactors: dict[tuple[str, str], list[str]] = {}
-    lookups = 0
+    found = progress if progress is not None else LookupProgress()
+    reactors = found.reactors
+    lookups = found.lookups
     dialogue = [item for item in items if _is_dialogue(item)][-recent:]
     for item in dialogue:
         per_message = 0
@@ -69,6 +73,7 @@ async def fetch_reactors(
             if not isinstance(emoji, str):
                 continue
             lookups += 1
+            found.lookups = lookups
             per_message += 1
             try:
                 names = await channel.fetch_reactors(item["message_id"], emoji,

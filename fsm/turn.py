@@ -24,7 +24,14 @@ from .flags import TurnFlags
 from .locks import ChannelLock, ChannelLockRegistry
 from .machine import shared_machine
 from .mailbox import Mailbox
-from .metadata import LookupBudget, annotate, fetch_reactors, neutralize, tail_directive
+from .metadata import (
+    LookupBudget,
+    LookupProgress,
+    annotate,
+    fetch_reactors,
+    neutralize,
+    tail_directive,
+)
 from .prefill import TurnRequest, build_pass_request
 from .provider import AbortSignal, HistoryEntry, PassRequest, Provider, ToolCallRequest
 from .restart import METADATA_TAIL_DIRECTIVE, RestartRequest, parse_restart, resolve_item
@@ -161,6 +168,7 @@ class Turn:
         self._restart_seq = itertools.count(1)
         self._restart_no = 0
         self._restart_deadline: float | None = None
+        self._lookups = LookupProgress()
         self._abandoned: list[asyncio.Task[None]] = []
         self._still_working_sent = False
 
@@ -474,6 +482,7 @@ class Turn:
         at = self._event_time if self._event_time is not None else self._now()
         run.aborted_at = at
         run.abort.fire("timeout")
+        self._discard_unsent()
         run.deadline = None
         self._settle_deadline = at + self.config.settle_timeout_s
 
@@ -646,6 +655,14 @@ class Turn:
         if worker is not None and not worker.done():
             worker.cancel()
 
+    def _discard_unsent(self) -> None:
+        """The pass was cut short: the channel drops what it has not sent (G1, S10)."""
+        try:
+            self.channel.discard_unsent()
+        except Exception as exc:
+            log.warning("turn %s: the channel could not drop unsent text: %s",
+                        self.turn_id, type(exc).__name__)
+
     # ----------------------------------------------------------------- tools
 
     async def _dispatch_next_call(self) -> None:
@@ -746,7 +763,8 @@ class Turn:
         self._restart_no = next(self._restart_seq)
         if restart.kind == "message_metadata":
             self._restart_deadline = self._now() + self.config.tool_timeout_s
-            self._restart_task = _spawn(self._metadata_worker(self._restart_no),
+            self._lookups = LookupProgress()
+            self._restart_task = _spawn(self._metadata_worker(self._restart_no, self._lookups),
                                         f"{self.turn_id}-metadata")
             return
         item = resolve_item(restart, self.stash)
@@ -755,16 +773,19 @@ class Turn:
 
     async def _restart_timed_out(self, deadline: float) -> None:
         """Reactor look-ups that never answer do not hold the turn: past the tool budget
-        the reveal goes on with reaction counts only (R6)."""
+        the reveal goes on with the names found so far and reaction counts for the rest,
+        the calls made counted (R6)."""
         task, self._restart_task = self._restart_task, None
         if task is not None:
             task.cancel()
             self._abandoned.append(task)
-        log.warning("turn %s: reactor look-ups timed out; revealing without reactors",
+        log.warning("turn %s: reactor look-ups timed out; revealing with what was found",
                     self.turn_id)
-        await self._fire("restart", (None, 0), at=deadline)
+        found = self._lookups
+        items = annotate(self.context_items, found.reactors, self.config.metadata_recent_messages)
+        await self._fire("restart", (items, found.lookups), at=deadline)
 
-    async def _metadata_worker(self, restart_no: int) -> None:
+    async def _metadata_worker(self, restart_no: int, progress: LookupProgress) -> None:
         """Reactor look-ups (sequential REST calls, bounded) and the annotated items (R6)."""
         cfg = self.config
         budget = LookupBudget(per_turn=cfg.reactor_lookups_per_turn,
@@ -772,7 +793,7 @@ class Turn:
                               per_reaction=cfg.reactors_per_reaction)
         try:
             reactors, lookups = await fetch_reactors(self.context_items, self.channel, budget,
-                                                     cfg.metadata_recent_messages)
+                                                     cfg.metadata_recent_messages, progress)
             items = annotate(self.context_items, reactors, cfg.metadata_recent_messages)
         except asyncio.CancelledError:
             raise
@@ -788,11 +809,7 @@ class Turn:
         pass cut short leaves no unsent text in the channel for a fallback to send (G1)."""
         self._end_pass()
         if self._run is not None and not self._run.flushed:
-            try:
-                self.channel.discard_unsent()
-            except Exception as exc:
-                log.warning("turn %s: the channel could not drop unsent text: %s",
-                            self.turn_id, type(exc).__name__)
+            self._discard_unsent()
         tasks = [t for t in (self._tool_task, self._restart_task) if t is not None]
         tasks += self._abandoned
         if self._run is not None and self._run.worker is not None:

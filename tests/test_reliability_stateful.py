@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import looptime
-import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -63,13 +62,6 @@ CONFIGS: tuple[dict[str, Any], ...] = (
 STEPS = st.sampled_from((0.125, 0.5, 1.0, 3.0, 9.0, 17.0, 41.0))
 TEXTS = st.sampled_from(("Hi", " there", "\n", "✓ ünï", "x" * 30))
 END = object()
-
-B18_OPEN = True
-"""B18 (open, see `test_b18_*`): when the reactor look-ups of a `reveal_message_metadata`
-restart outlive the tool budget, `fsm/turn.py` `_restart_timed_out` goes on without annotating
-the dialogue at all (and counts none of the look-ups made) while still appending the directive
-that says the metadata was revealed. While open, the model predicts that; remove with the fix
-(the model then predicts the dialogue annotated with reaction counts only, R6)."""
 
 # the channel's recent dialogue: one message with a reaction to look up, one replying to it
 HISTORY = [
@@ -443,9 +435,8 @@ class Model:
         (None, at the restart's deadline)."""
         self.looking_up = False
         self.deadline = None
-        if answer is not None or not B18_OPEN:
-            self.lookups += 1
-            self.context = annotated(self.context, REACTORS if answer == "ok" else None)
+        self.lookups += 1
+        self.context = annotated(self.context, REACTORS if answer == "ok" else None)
         self.context.append(tail_directive(METADATA_TAIL_DIRECTIVE))
         self.added += 1
         self.restarted("message_metadata")
@@ -850,10 +841,6 @@ class _LookupsHang(InMemoryChannel):
         return []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "B18: fsm/turn.py _restart_timed_out fires `restart` with (None, 0): on_restart then keeps "
-    "the context unannotated and counts no look-up, yet appends the directive saying the "
-    "metadata was revealed and sets the flag that forbids revealing it again (R6)"))
 def test_b18_metadata_reveal_whose_look_ups_time_out_still_annotates_the_dialogue() -> None:
     # covers R6 (and B5's "degrades to reaction counts"): past the tool budget the reveal goes
     # on with the dialogue annotated (refs, authors, times) and reaction counts only
