@@ -269,8 +269,10 @@ class Turn:
                 await self._fire("kill", ev.Kill("stop requested on the channel"))
             elif len(self._passes) >= self.config.max_iterations:
                 await self._fire("iteration_cap")
-            else:
-                await self._fire("begin", self._prepare_request())
+            elif await self._fire("begin", self._prepare_request()):
+                await asyncio.sleep(0)  # the pass's worker calls the provider before the
+                # driver reads its mailbox again: a pass that began has asked the model, even
+                # when a kill or follow-up is already waiting at the same instant (S3, S17)
             return
         if state == State.TOOL_CALL.value and self._current_call is None:
             await self._dispatch_next_call()

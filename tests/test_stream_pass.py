@@ -393,3 +393,24 @@ async def test_flush_past_the_delivery_budget_is_a_failed_send() -> None:
     assert result.status == "error" and "within 60 s" in (result.error or "")
     assert turn.transitions[-1]["t"] == pytest.approx(61.0)
     assert result.text == "Stuck."
+
+
+async def test_a_pass_that_begins_calls_the_provider_even_if_interrupted_at_once() -> None:
+    # covers S3, S17: a follow-up already waiting when a pass begins ends it at that instant,
+    # but only after the pass's worker has asked the model: one provider call per begin
+    # (found by the soak when transitions stopped yielding to the loop)
+    provider = ProbeProvider([(1, "late")])
+
+    class FollowUpOnBegin:
+        def on_transition(self, turn: Turn, t: float, event: str, source: str,
+                          dest: str) -> None:
+            if event == "begin":
+                turn.notify_follow_up()
+
+    turn = _turn(provider)
+    turn.observer = FollowUpOnBegin()
+    result = await turn.run()
+    assert result.status == "follow_up_interrupt"
+    assert [line["event"] for line in turn.transitions] == ["begin", "follow_up"]
+    assert len(provider.requests) == len(result.passes) == 1
+    assert provider.aborts[0].fired
