@@ -39,6 +39,7 @@ from fsm.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, histo
 from fsm.stash import ContextStash
 from fsm.table import TERMINAL, edge_keys
 from fsm.turn import Turn
+from providers.replay_server import ReplayServer
 
 from engine_support import check_invariants
 
@@ -599,6 +600,24 @@ async def play_in_loop(raw: dict[str, Any]) -> Played:
     left = [t for t in asyncio.all_tasks() if t is not current]
     assert not left, f"tasks outlived the turn: {[t.get_name() for t in left]}"
     return played
+
+
+HTTP_TURN_CONFIG = {"first_token_timeout_s": 60, "idle_timeout_s": 30, "settle_timeout_s": 5}
+"""The budgets of the fault cells that stream over loopback HTTP."""
+
+
+async def no_task_left() -> None:
+    """Every task but the caller's has ended (in 5 s at most: a loopback server may still be
+    tearing down a connection)."""
+    current = asyncio.current_task()
+    left = [t for t in asyncio.all_tasks() if t is not current]
+    if left:
+        await asyncio.wait(left, timeout=5)
+    assert all(t.done() for t in left), [t.get_name() for t in left if not t.done()]
+
+
+async def server_saw_the_client_leave(server: ReplayServer) -> None:
+    await asyncio.wait_for(server.client_gone.wait(), 5)
 
 
 def play_and_check(raw: dict[str, Any], replay: bool = True) -> Played:

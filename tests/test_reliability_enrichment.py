@@ -22,8 +22,6 @@ from typing import Any
 
 import pytest
 from PIL import GifImagePlugin
-from test_discord_enrichment import make_gif, make_png
-from test_reliability_io import _no_task_left, _server_saw_the_client_leave
 
 from discord_io.enrichment_tools import AvatarRef, EnrichmentTools, ProcessGifArgs
 from discord_io.media_fetch import FetchLimits, MediaFetcher
@@ -38,7 +36,15 @@ from fsm.tools import FunctionTool, Tool, ToolContext, ToolRegistry, ToolResult
 from fsm.turn import Turn
 from providers.replay_server import Hang, ReplayServer, Send, Step
 
-from reliability_support import EPS, build_turn, finish, times
+from media_support import make_gif, make_png
+from reliability_support import (
+    EPS,
+    build_turn,
+    finish,
+    no_task_left,
+    server_saw_the_client_leave,
+    times,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -148,7 +154,7 @@ async def enrichment_turn(
     finally:
         await fetcher.aclose()
         await cdn.close()
-    await _no_task_left()
+    await no_task_left()
 
 
 def pool_is_empty(cell: Cell) -> bool:
@@ -234,7 +240,7 @@ async def test_oversized_download_is_refused_and_the_connection_closed(
     async with enrichment_turn(cdn, tool) as cell:
         error = FAILED_PREFIX[tool] + "the file is larger than 20000 bytes"
         await ends_after_a_failed_tool(cell, error)
-        await _server_saw_the_client_leave(cdn)
+        await server_saw_the_client_leave(cdn)
     assert cdn.completed == 0 and len(cdn.requests) == 1
 
 
@@ -278,7 +284,7 @@ async def test_hanging_download_hits_the_tool_timeout(tool: str, steps: list[Ste
         assert cell.model.requests[1].function_history[-1].result == failure
         assert result.consecutive_tool_errors == 1 and len(cell.stash) == 0
         assert pool_is_empty(cell)
-        await _server_saw_the_client_leave(cdn)
+        await server_saw_the_client_leave(cdn)
     assert cdn.completed == 0
 
 
@@ -291,7 +297,7 @@ async def test_hanging_download_hits_the_fetch_timeout(tool: str) -> None:
     async with enrichment_turn(cdn, tool, limits=limits) as cell:
         error = FAILED_PREFIX[tool] + "the download took longer than 3 s"
         await ends_after_a_failed_tool(cell, error, failed_at=3.0)
-        await _server_saw_the_client_leave(cdn)
+        await server_saw_the_client_leave(cdn)
 
 
 async def test_kill_during_a_hanging_download_stops_at_once() -> None:
@@ -308,7 +314,7 @@ async def test_kill_during_a_hanging_download_stops_at_once() -> None:
         assert times(cell.turn)[-1] == pytest.approx(2.0, abs=EPS)
         assert cell.turn.function_history == [] and len(cell.model.requests) == 1
         assert pool_is_empty(cell)
-        await _server_saw_the_client_leave(cdn)
+        await server_saw_the_client_leave(cdn)
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from test_reliability_io import CONFIG, _no_task_left, _server_saw_the_client_leave
 
 from fsm.journal import JournalRecorder, journal_document, jsonable
 from fsm.result import TurnResult
@@ -28,7 +27,15 @@ from providers import build_provider
 from providers.replay_server import Hang, Pause, ReplayServer, Send, Step, parse_script
 
 from providers_support import EXPECTED, FIXTURES, TEST_KEY, anthropic_sse, config_for, sse
-from reliability_support import EPS, build_turn, finish, times
+from reliability_support import (
+    EPS,
+    HTTP_TURN_CONFIG,
+    build_turn,
+    finish,
+    no_task_left,
+    server_saw_the_client_leave,
+    times,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -167,13 +174,14 @@ async def adapter_turn(server: ReplayServer, kind: str) -> AsyncIterator[HttpCel
     try:
         async with aiohttp.ClientSession(connector=connector) as session:
             provider = build_provider(config_for(server, kind, api_key=TEST_KEY), session)
-            turn = build_turn({"name": f"http-{kind}", "config": CONFIG}, provider=provider)
+            turn = build_turn({"name": f"http-{kind}", "config": HTTP_TURN_CONFIG},
+                              provider=provider)
             recorder = JournalRecorder(turn.turn_id, turn.config, turn.tools, request=turn.request)
             turn.recorder = recorder
             yield HttpCell(kind, turn, server, connector, recorder)
     finally:
         await server.close()
-    await _no_task_left()
+    await no_task_left()
 
 
 def assert_key_never_shown(
@@ -218,7 +226,7 @@ async def test_stall_mid_stream_times_out_idle_and_closes_the_connection(
         assert times(cell.turn)[-2:] == [pytest.approx(32.0, abs=EPS)] * 2
         assert result.metrics == [{"name": "stream_sdk_timeout", "phase": "idle"}]
         assert not cell.connector._acquired
-        await _server_saw_the_client_leave(server)
+        await server_saw_the_client_leave(server)
         assert_key_never_shown(cell, result, caplog)
     assert server.disconnected == 1 and server.completed == 0
 
@@ -233,9 +241,9 @@ async def test_recorded_stall_times_out_with_the_recorded_text(
         result = await finish(cell.turn, engine_tasks_only=True)
         assert result.state == "TimedOut" and result.status == "timeout"
         assert result.delivered_text == EXPECTED[kind]["stall"]["text"]
-        assert times(cell.turn)[-2] == pytest.approx(CONFIG["idle_timeout_s"], abs=EPS)
+        assert times(cell.turn)[-2] == pytest.approx(HTTP_TURN_CONFIG["idle_timeout_s"], abs=EPS)
         assert not cell.connector._acquired
-        await _server_saw_the_client_leave(server)
+        await server_saw_the_client_leave(server)
         assert_key_never_shown(cell, result, caplog)
 
 
@@ -255,11 +263,12 @@ async def test_keepalives_only_time_out_at_the_first_token_budget(
             "first_token_timeout",
             "settled",
         ]
-        assert times(cell.turn)[-2] == pytest.approx(CONFIG["first_token_timeout_s"], abs=EPS)
+        first_token_s = HTTP_TURN_CONFIG["first_token_timeout_s"]
+        assert times(cell.turn)[-2] == pytest.approx(first_token_s, abs=EPS)
         assert result.metrics == [{"name": "stream_sdk_timeout", "phase": "first_token"}]
         assert result.notices == ["timeout_first_token"]
         assert not cell.connector._acquired
-        await _server_saw_the_client_leave(server)
+        await server_saw_the_client_leave(server)
         assert_key_never_shown(cell, result, caplog)
 
 
@@ -280,7 +289,7 @@ async def test_kill_mid_stream_disconnects_at_once(
         assert times(cell.turn)[-1] == pytest.approx(10.0, abs=EPS)
         assert result.delivered_text == "Once" and result.notices == []
         assert not cell.connector._acquired
-        await _server_saw_the_client_leave(server)
+        await server_saw_the_client_leave(server)
         assert_key_never_shown(cell, result, caplog)
     assert server.disconnected == 1
 
@@ -373,7 +382,7 @@ async def test_failures_end_done_error_at_once(
         assert result.error == f"{error['kind']}: {error['message']}"
         assert not cell.connector._acquired
         if f.client_closes:
-            await _server_saw_the_client_leave(server)
+            await server_saw_the_client_leave(server)
         assert_key_never_shown(cell, result, caplog)
 
 

@@ -23,11 +23,17 @@ from providers import build_provider
 from providers.replay_server import Hang, Pause, ReplayServer, Send
 
 from providers_support import config_for, sse
-from reliability_support import build_turn, finish, times
+from reliability_support import (
+    HTTP_TURN_CONFIG,
+    build_turn,
+    finish,
+    no_task_left,
+    server_saw_the_client_leave,
+    times,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
-CONFIG = {"first_token_timeout_s": 60, "idle_timeout_s": 30, "settle_timeout_s": 5}
 
 
 def chunk(text: str) -> dict[str, Any]:
@@ -48,22 +54,10 @@ async def http_turn(server: ReplayServer) -> AsyncIterator[tuple[Turn, aiohttp.T
     try:
         async with aiohttp.ClientSession(connector=connector) as session:
             provider = build_provider(config_for(server, "openai"), session)
-            yield build_turn({"config": CONFIG}, provider=provider), connector
+            yield build_turn({"config": HTTP_TURN_CONFIG}, provider=provider), connector
     finally:
         await server.close()
-    await _no_task_left()
-
-
-async def _no_task_left() -> None:
-    current = asyncio.current_task()
-    left = [t for t in asyncio.all_tasks() if t is not current]
-    if left:
-        await asyncio.wait(left, timeout=5)
-    assert all(t.done() for t in left), [t.get_name() for t in left if not t.done()]
-
-
-async def _server_saw_the_client_leave(server: ReplayServer) -> None:
-    await asyncio.wait_for(server.client_gone.wait(), 5)
+    await no_task_left()
 
 
 async def test_http_stall_times_out_and_closes_the_connection() -> None:
@@ -75,7 +69,7 @@ async def test_http_stall_times_out_and_closes_the_connection() -> None:
         assert result.status == "timeout" and result.text == "Working on it"
         assert times(turn)[-2] == pytest.approx(32.0, abs=0.01)
         assert not connector._acquired
-        await _server_saw_the_client_leave(server)
+        await server_saw_the_client_leave(server)
     assert server.disconnected == 1 and server.completed == 0
 
 
@@ -90,7 +84,7 @@ async def test_http_kill_mid_stream_disconnects_at_once() -> None:
         result = await finish(turn, task, engine_tasks_only=True)
         assert result.status == "stopped_by_user" and times(turn)[-1] == pytest.approx(10, abs=0.01)
         assert not connector._acquired
-        await _server_saw_the_client_leave(server)
+        await server_saw_the_client_leave(server)
 
 
 @pytest.mark.parametrize("script", ["dropped", "http 500", "malformed json", "deep nesting"])
@@ -159,13 +153,13 @@ async def test_discord_failed_send_ends_done_error_and_releases_the_lock() -> No
         emu.inject("POST /channels/{channel_id}/messages", *[Fault.server_error()] * 10)
         channel = DiscordChannel(client, emu.channel_id, flush_paragraphs=True,
                                  idle_flush_s=None)
-        turn = build_turn({"config": CONFIG}, provider=Scripted(PARAGRAPHS), channel=channel)
+        turn = build_turn({"config": HTTP_TURN_CONFIG}, provider=Scripted(PARAGRAPHS), channel=channel)
         result = await finish(turn, engine_tasks_only=True)
         await channel.aclose()
         assert result.status == "error" and "could not send" in (result.error or "")
         assert channel.delivered_text == "" and emu.sent() == []
         assert turn.transitions[-1]["event"] == "crash"
-    await _no_task_left()
+    await no_task_left()
 
 
 async def test_discord_failed_send_delivered_text_is_what_discord_received() -> None:
@@ -174,10 +168,10 @@ async def test_discord_failed_send_delivered_text_is_what_discord_received() -> 
         emu.inject("POST /channels/{channel_id}/messages", *[Fault.server_error()] * 10)
         channel = DiscordChannel(client, emu.channel_id, flush_paragraphs=True,
                                  idle_flush_s=None)
-        turn = build_turn({"config": CONFIG}, provider=Scripted(PARAGRAPHS), channel=channel)
+        turn = build_turn({"config": HTTP_TURN_CONFIG}, provider=Scripted(PARAGRAPHS), channel=channel)
         result = await finish(turn, engine_tasks_only=True)
         await channel.aclose()
-    await _no_task_left()
+    await no_task_left()
     assert result.delivered_text == channel.delivered_text
 
 
@@ -187,9 +181,9 @@ async def test_discord_rate_limited_send_is_retried_and_completes() -> None:
         emu.inject("POST /channels/{channel_id}/messages", Fault.rate_limited(2.0))
         channel = DiscordChannel(client, emu.channel_id, flush_paragraphs=True,
                                  idle_flush_s=None)
-        turn = build_turn({"config": CONFIG}, provider=Scripted(PARAGRAPHS), channel=channel)
+        turn = build_turn({"config": HTTP_TURN_CONFIG}, provider=Scripted(PARAGRAPHS), channel=channel)
         result = await finish(turn, engine_tasks_only=True)
         await channel.aclose()
         assert result.status == "completed"
         assert channel.delivered_text == result.delivered_text == "".join(PARAGRAPHS)
-    await _no_task_left()
+    await no_task_left()
