@@ -153,7 +153,8 @@ async def test_discord_failed_send_ends_done_error_and_releases_the_lock() -> No
         emu.inject("POST /channels/{channel_id}/messages", *[Fault.server_error()] * 10)
         channel = DiscordChannel(client, emu.channel_id, flush_paragraphs=True,
                                  idle_flush_s=None)
-        turn = build_turn({"config": HTTP_TURN_CONFIG}, provider=Scripted(PARAGRAPHS), channel=channel)
+        turn = build_turn({"config": HTTP_TURN_CONFIG}, provider=Scripted(PARAGRAPHS),
+                          channel=channel)
         result = await finish(turn, engine_tasks_only=True)
         await channel.aclose()
         assert result.status == "error" and "could not send" in (result.error or "")
@@ -168,7 +169,8 @@ async def test_discord_failed_send_delivered_text_is_what_discord_received() -> 
         emu.inject("POST /channels/{channel_id}/messages", *[Fault.server_error()] * 10)
         channel = DiscordChannel(client, emu.channel_id, flush_paragraphs=True,
                                  idle_flush_s=None)
-        turn = build_turn({"config": HTTP_TURN_CONFIG}, provider=Scripted(PARAGRAPHS), channel=channel)
+        turn = build_turn({"config": HTTP_TURN_CONFIG}, provider=Scripted(PARAGRAPHS),
+                          channel=channel)
         result = await finish(turn, engine_tasks_only=True)
         await channel.aclose()
     await no_task_left()
@@ -181,7 +183,8 @@ async def test_discord_rate_limited_send_is_retried_and_completes() -> None:
         emu.inject("POST /channels/{channel_id}/messages", Fault.rate_limited(2.0))
         channel = DiscordChannel(client, emu.channel_id, flush_paragraphs=True,
                                  idle_flush_s=None)
-        turn = build_turn({"config": HTTP_TURN_CONFIG}, provider=Scripted(PARAGRAPHS), channel=channel)
+        turn = build_turn({"config": HTTP_TURN_CONFIG}, provider=Scripted(PARAGRAPHS),
+                          channel=channel)
         result = await finish(turn, engine_tasks_only=True)
         await channel.aclose()
         assert result.status == "completed"
