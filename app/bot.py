@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from discord_io.media_fetch import MediaFetcher
 from discord_io.stale_sweeper import StaleLockSweeper
 from discord_io.typing_indicator import TypingIndicator
 from fsm.config import TurnConfig
-from fsm.generation import Attempt, run_generation_turn
+from fsm.generation import Attempt, GenerationResult, run_generation_turn
 from fsm.journal import JournalRecorder, journal_document, write_journal
 from fsm.locks import ChannelLock, ChannelLockRegistry
 from fsm.prefill import TurnRequest
@@ -59,6 +60,7 @@ class TurnBot:
         history_limit: int = 20,
         tools: Sequence[Tool] = (),
         journal_dir: Path | None = None,
+        recent_results: int = 100,
     ) -> None:
         self.client = client
         self.attempts = list(attempts)
@@ -84,7 +86,8 @@ class TurnBot:
         install_kill_command(self.tree, self.locks, self.queue)
         self.current: dict[str, tuple[Turn, int]] = {}
         self.chain_interrupts: dict[str, int] = {}
-        self.results: list[Any] = []
+        self.results: deque[GenerationResult] = deque(maxlen=recent_results)
+        """The last turns' results, for an operator's look: bounded, the bot runs for weeks."""
 
     @property
     def bot_id(self) -> int:

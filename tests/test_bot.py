@@ -121,6 +121,17 @@ async def test_second_message_is_queued_and_answered_after(tmp_path: Path) -> No
         assert len(h.bot.locks) == 0
 
 
+async def test_the_bot_keeps_only_its_recent_results(tmp_path: Path) -> None:
+    # covers the bot's memory over weeks of turns: results are kept for a look, bounded
+    passes = [[{"at": 1, "text": f"answer {n}"}, {"at": 2, "end": "completed"}]
+              for n in range(3)]
+    async with harness(passes, tmp_path, recent_results=2) as h:
+        for n in range(3):
+            await h.mention(f"question {n}")
+            await h.idle()
+        assert [r.text for r in h.bot.results] == ["answer 1", "answer 2"]
+
+
 async def test_kill_mid_stream_keeps_delivered_text_and_empties_the_queue(
         tmp_path: Path) -> None:
     # covers D3, S7, D4 (lock released), typing stopped
