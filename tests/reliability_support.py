@@ -826,7 +826,7 @@ async def soak(
     """Play two rounds of `turns` generated scenarios each (random faults: stalls, kills,
     follow-ups, raising providers, hanging and failing tools, stash misses), the turns of a
     round running concurrently on the running loop and starting within `spread_s` of virtual
-    time, each checked by the oracle; then check that tasks, machine models, turn objects and
+    time, each checked by the oracle; then check that tasks, machine entries, turn objects and
     memory return to their baseline. A warm-up round (by default as large as a round) first
     brings caches and hash tables to their working size."""
     rng = random.Random(seed)
