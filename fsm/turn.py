@@ -270,9 +270,10 @@ class Turn:
             elif len(self._passes) >= self.config.max_iterations:
                 await self._fire("iteration_cap")
             elif await self._fire("begin", self._prepare_request()):
-                await asyncio.sleep(0)  # the pass's worker calls the provider before the
-                # driver reads its mailbox again: a pass that began has asked the model, even
-                # when a kill or follow-up is already waiting at the same instant (S3, S17)
+                # Let the pass's worker call the provider before the mailbox is read again:
+                # a pass that began has asked the model, even when a kill or follow-up is
+                # already waiting at the same instant (S3, S17).
+                await asyncio.sleep(0)
             return
         if state == State.TOOL_CALL.value and self._current_call is None:
             await self._dispatch_next_call()
