@@ -58,12 +58,11 @@ class TurnChannel(Protocol):
         """A pass ended: flush whatever text is buffered."""
 
     def discard_unsent(self) -> None:
-        """The pass was cut short (its stream timed out, or the turn stopped or failed):
-        drop the text handed over but not yet on its way to the user. It is in no
-        continuation (G1), so sending it later, or with a fallback's answer, would show text
-        twice or out of place. A send already on the wire is not dropped; after a timeout,
-        what lands while the stream settles is delivered and then flushed by `finish_pass`
-        within the settle budget, so it is in the continuation (S10)."""
+        """The turn ended with its pass cut short (stopped, failed, or a timed-out pass that
+        could not flush within the settle budget): drop the text handed over but not yet on
+        its way to the user. It is in no continuation (G1), so sending it later, or with a
+        fallback's answer, would show text twice or out of place. A send already on the wire
+        is not dropped: it may still land (S10)."""
 
     async def post_notice(self, notice: Notice) -> None:
         """Post a user-facing notice."""

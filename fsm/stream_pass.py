@@ -216,9 +216,10 @@ def _crashed(turn: Turn, run: PassRun, exc: BaseException, now: float) -> bool:
 
 async def _settled(turn: Turn, run: PassRun) -> None:
     """The aborted stream has finished: whatever was on the wire has landed (S10). After a
-    timeout the channel dropped what it had not sent yet (`on_stream_timeout`); what landed
-    since, and a send still in flight, are flushed now, within the driver's settle
-    deadline, so they are in the delivered text a fallback continues from."""
+    timeout the channel sends what the pass handed it — the text it still buffered and what
+    landed since — within the driver's settle deadline, so it is in the delivered text a
+    fallback continues from; a send that outlives the wait is cut off there, and what was
+    not sent by then is dropped when the turn ends (`discard_unsent`)."""
     if run.aborted_at is not None:
         try:
             await turn.channel.finish_pass()

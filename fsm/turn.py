@@ -485,7 +485,6 @@ class Turn:
         at = self._event_time if self._event_time is not None else self._now()
         run.aborted_at = at
         run.abort.fire("timeout")
-        self._discard_unsent()
         run.deadline = None
         self._settle_deadline = at + self.config.settle_timeout_s
 

@@ -542,11 +542,13 @@ async def test_send_held_by_a_429_at_the_timeout_is_in_the_fallbacks_prefill(
         await check_settled(h)
 
 
-async def test_unsent_text_of_a_timed_out_attempt_is_not_sent_with_the_fallback(
+async def test_text_a_timed_out_attempt_still_buffered_is_sent_before_the_fallback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # covers G1, S10, D1: a fallback continues from the text already delivered; what the
-    # primary handed over but never sent is not part of the reply
+    # covers G1, S10, S13, D1: a fallback continues from the text already delivered. The
+    # primary's half sentence, still buffered at the timeout, is sent while the stream
+    # settles, in its own message, so it is in the fallback's prefill — never glued to the
+    # fallback's answer (B16)
     first = paragraphs("whole", 1)[0]
     config = TurnConfig(idle_timeout_s=10, settle_timeout_s=5)
     async with bot_harness(monkeypatch, config, attempts=2) as h:
@@ -560,8 +562,9 @@ async def test_unsent_text_of_a_timed_out_attempt_is_not_sent_with_the_fallback(
         [record] = h.records
         assert record.result is not None
         assert [a.status for a in record.result.attempts] == ["timeout", "completed"]
-        assert h.provider.scripts[str(message)].requests[1].prefill == first
-        assert [m.content for m in record.channel.delivered] == [first.strip(), "The rest."]
+        assert h.provider.scripts[str(message)].requests[1].prefill == first + "Half a sent"
+        assert [m.content for m in record.channel.delivered] == [
+            first.strip(), "Half a sent", "The rest."]
         await check_settled(h)
 
 

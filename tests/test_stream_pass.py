@@ -308,10 +308,10 @@ class BufferingChannel(InMemoryChannel):
         self.pending.clear()
 
 
-async def test_timed_out_pass_lets_sends_on_the_wire_land_and_drops_the_rest() -> None:
-    # covers S10, S13, G1: after a timeout, text the channel never sent is dropped (a
-    # fallback continues from what was delivered), and a send already on the wire that
-    # lands within the settle budget counts as delivered
+async def test_timed_out_pass_sends_what_it_had_within_the_settle_budget() -> None:
+    # covers S10, S13, G1: after a timeout, the send already on the wire lands and the text
+    # still buffered is sent, within the settle budget: all of it is in the delivered text a
+    # fallback continues from
     channel = BufferingChannel(lands_after=3)
     registry = ChannelLockRegistry()
     lock = registry.try_acquire("c1", "test")
@@ -321,9 +321,24 @@ async def test_timed_out_pass_lets_sends_on_the_wire_land_and_drops_the_rest() -
     result = await turn.run()
     assert [(line["event"], line["t"]) for line in turn.transitions][-2:] == [
         ("idle_timeout", pytest.approx(11.0)), ("settled", pytest.approx(14.0))]
-    assert channel.discarded == ["Half a sent"] and channel.pending == []
-    assert result.delivered_text == "[on the wire]"
+    assert channel.discarded == [] and channel.pending == []
+    assert result.delivered_text == "[on the wire]Half a sent"
     assert result.text == "Half a sent"
+
+
+async def test_timed_out_pass_that_cannot_flush_in_time_drops_the_rest() -> None:
+    # covers S10, G1: a send that outlives the settle wait is cut off there; what was not
+    # sent by then is dropped, not left for a fallback to send with its own answer
+    channel = BufferingChannel(lands_after=60)
+    registry = ChannelLockRegistry()
+    lock = registry.try_acquire("c1", "test")
+    assert lock is not None
+    turn = Turn(provider=ProbeProvider([(1, "Half a sent")], hang=True), channel=channel,
+                locks=registry, lock=lock, config=TurnConfig(idle_timeout_s=10))
+    result = await turn.run()
+    assert [(line["event"], line["t"]) for line in turn.transitions][-2:] == [
+        ("idle_timeout", pytest.approx(11.0)), ("settle_timeout", pytest.approx(16.0))]
+    assert channel.discarded == ["Half a sent"] and result.delivered_text == ""
 
 
 async def test_pass_cut_short_by_a_kill_leaves_no_unsent_text() -> None:
