@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from fsm.channel import TurnChannel
 from fsm.config import TurnConfig
 from fsm.journal import JournalRecorder, journal_document
 from fsm.locks import ChannelLockRegistry
@@ -31,12 +32,13 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
 
 def _turn(provider: Any, request: TurnRequest | None = None,
-          locks: ChannelLockRegistry | None = None, **config: Any) -> Turn:
+          locks: ChannelLockRegistry | None = None, channel: TurnChannel | None = None,
+          **config: Any) -> Turn:
     registry = locks if locks is not None else ChannelLockRegistry()
     lock = registry.try_acquire("c1", "test")
     assert lock is not None
-    return Turn(provider=provider, channel=InMemoryChannel(), locks=registry, lock=lock,
-                request=request, config=TurnConfig(**config))
+    return Turn(provider=provider, channel=channel if channel is not None else InMemoryChannel(),
+                locks=registry, lock=lock, request=request, config=TurnConfig(**config))
 
 
 class ProbeProvider:
@@ -313,11 +315,7 @@ async def test_timed_out_pass_sends_what_it_had_within_the_settle_budget() -> No
     # still buffered is sent, within the settle budget: all of it is in the delivered text a
     # fallback continues from
     channel = BufferingChannel(lands_after=3)
-    registry = ChannelLockRegistry()
-    lock = registry.try_acquire("c1", "test")
-    assert lock is not None
-    turn = Turn(provider=ProbeProvider([(1, "Half a sent")], hang=True), channel=channel,
-                locks=registry, lock=lock, config=TurnConfig(idle_timeout_s=10))
+    turn = _turn(ProbeProvider([(1, "Half a sent")], hang=True), channel=channel, idle_timeout_s=10)
     result = await turn.run()
     assert [(line["event"], line["t"]) for line in turn.transitions][-2:] == [
         ("idle_timeout", pytest.approx(11.0)), ("settled", pytest.approx(14.0))]
@@ -330,11 +328,7 @@ async def test_timed_out_pass_that_cannot_flush_in_time_drops_the_rest() -> None
     # covers S10, G1: a send that outlives the settle wait is cut off there; what was not
     # sent by then is dropped, not left for a fallback to send with its own answer
     channel = BufferingChannel(lands_after=60)
-    registry = ChannelLockRegistry()
-    lock = registry.try_acquire("c1", "test")
-    assert lock is not None
-    turn = Turn(provider=ProbeProvider([(1, "Half a sent")], hang=True), channel=channel,
-                locks=registry, lock=lock, config=TurnConfig(idle_timeout_s=10))
+    turn = _turn(ProbeProvider([(1, "Half a sent")], hang=True), channel=channel, idle_timeout_s=10)
     result = await turn.run()
     assert [(line["event"], line["t"]) for line in turn.transitions][-2:] == [
         ("idle_timeout", pytest.approx(11.0)), ("settle_timeout", pytest.approx(16.0))]
@@ -344,11 +338,7 @@ async def test_timed_out_pass_that_cannot_flush_in_time_drops_the_rest() -> None
 async def test_pass_cut_short_by_a_kill_leaves_no_unsent_text() -> None:
     # covers S16, G1: a stopped turn's unsent text is not left for a later attempt to send
     channel = BufferingChannel()
-    registry = ChannelLockRegistry()
-    lock = registry.try_acquire("c1", "test")
-    assert lock is not None
-    turn = Turn(provider=ProbeProvider([(1, "never sent")], hang=True), channel=channel,
-                locks=registry, lock=lock)
+    turn = _turn(ProbeProvider([(1, "never sent")], hang=True), channel=channel)
     task = asyncio.create_task(turn.run())
     await asyncio.sleep(2)
     turn.request_stop()
@@ -402,8 +392,7 @@ async def test_model_that_finished_is_not_timed_out_while_the_channel_sends() ->
 async def test_flush_past_the_delivery_budget_is_a_failed_send() -> None:
     # covers S15, D2: a channel that never finishes sending does not hold the turn and its
     # lock: past the delivery budget the turn ends Done/error, the delivered text kept
-    turn = _turn(ProbeProvider([(1, "Stuck.")]), delivery_timeout_s=60)
-    turn.channel = SlowFlush(1000)
+    turn = _turn(ProbeProvider([(1, "Stuck.")]), channel=SlowFlush(1000), delivery_timeout_s=60)
     result = await turn.run()
     assert result.status == "error" and "within 60 s" in (result.error or "")
     assert turn.transitions[-1]["t"] == pytest.approx(61.0)
