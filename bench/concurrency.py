@@ -21,8 +21,8 @@ import time
 import tracemalloc as tm
 from typing import Any
 
-from fsm.table import State
-from fsm.turn import Turn
+from fsm.engine.table import State
+from fsm.engine.turn import Turn
 
 from .common import ROOT, GcTimer, Section, median, percentile, rss_bytes, run_async, run_isolated
 from .whatif import whatif
@@ -200,8 +200,8 @@ def inflight(turns: int = 10_000, sample: int = 1_000, traced: bool = False,
 
 
 BOT_PROCESS = "bot process GC settings"
-"""The collector settings `python -m app` applies (`app.gc_tuning`): the process the bot
-really runs in, so its kill-all figure is judged against the goal too, with repeats."""
+"""The collector settings `python -m turn_engine` applies (`turn_engine.gc_tuning`): the
+process the bot really runs in, so its kill-all figure is judged against the goal too, with repeats."""
 
 CONCURRENCY_WHATIFS = (
     BOT_PROCESS,

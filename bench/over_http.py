@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from fsm.provider import AbortSignal, PassRequest, TextDelta
+from fsm.engine.provider import AbortSignal, PassRequest, TextDelta
 
 from .common import Clock, Section, median, run_async
 from .sse_server import running

@@ -20,8 +20,8 @@ import asyncio
 import time
 from typing import Any
 
-from fsm.journal import JournalRecorder
-from fsm.scripted import InMemoryChannel
+from fsm.review.journal import JournalRecorder
+from fsm.scenarios.scripted import InMemoryChannel
 
 from .common import Clock, Section, median, run_async
 from .profiling import profile_async

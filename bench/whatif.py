@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import fsm.turn as turn_module
-from fsm.machine import CALLBACK_BY_TRIGGER
-from fsm.table import TABLE
+import fsm.engine.turn as turn_module
+from fsm.engine.machine import CALLBACK_BY_TRIGGER
+from fsm.engine.table import TABLE
 
 
 class _FastEvent:
@@ -41,7 +41,7 @@ class _FastEvent:
 class FastMachine:
     """A dict-dispatch runtime compiled from the same declared table (`fsm/table.py`):
     per trigger and source state, the rows in order with their guards and `after`
-    callback. Same semantics as the `AsyncMachine` built by `fsm.machine` for what the
+    callback. Same semantics as the `AsyncMachine` built by `fsm.engine.machine` for what the
     turn uses (guards, unless, internal transitions, after callbacks, invalid triggers
     raise), without `transitions`' event data, condition objects and awaits: what the
     library itself costs per transition."""
@@ -72,12 +72,12 @@ def dict_dispatch_machine() -> Iterator[None]:
 @contextmanager
 def bot_process_gc() -> Iterator[None]:
     """Not an engine change: the collector settings the bot process applies at start-up
-    (`app.gc_tuning.tune_gc` with its defaults: thresholds raised from CPython's
+    (`turn_engine.gc_tuning.tune_gc` with its defaults: thresholds raised from CPython's
     (700, 10, 10) to (10,000, 50, 100), what start-up created frozen), so young collections
     run 14× less often and full ones no longer rescan start-up's objects."""
     import gc
 
-    from app.gc_tuning import GcSettings, tune_gc
+    from turn_engine.gc_tuning import GcSettings, tune_gc
 
     original = gc.get_threshold()
     tune_gc(GcSettings())

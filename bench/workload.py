@@ -19,10 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from fsm.config import TurnConfig
-from fsm.journal import JournalRecorder
-from fsm.locks import ChannelLock, ChannelLockRegistry
-from fsm.provider import (
+from fsm.engine.config import TurnConfig
+from fsm.engine.locks import ChannelLock, ChannelLockRegistry
+from fsm.engine.provider import (
     AbortSignal,
     Finish,
     PassRequest,
@@ -30,10 +29,11 @@ from fsm.provider import (
     TextDelta,
     ToolCallRequest,
 )
-from fsm.result import TurnResult
-from fsm.scripted import InMemoryChannel
-from fsm.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult
-from fsm.turn import Turn, TurnObserver
+from fsm.engine.result import TurnResult
+from fsm.engine.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult
+from fsm.engine.turn import Turn, TurnObserver
+from fsm.review.journal import JournalRecorder
+from fsm.scenarios.scripted import InMemoryChannel
 
 _WORDS = ("The ", "weather ", "in ", "Oslo ", "is ", "cold, ", "and ", "your ", "avatar ",
           "shows ", "a ", "cat ", "wearing ", "a ", "tiny ", "hat. ", "Anything ", "else? ")

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
-from fsm.locks import ChannelLock, ChannelLockRegistry
+from fsm.engine.locks import ChannelLock, ChannelLockRegistry
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Delivery of one turn's reply into a Discord channel (D1, D2, S2).
 
-`DiscordChannel` implements `fsm.channel.TurnChannel`. Streamed text is buffered and cut into
+`DiscordChannel` implements `fsm.engine.channel.TurnChannel`. Streamed text is buffered and cut into
 messages at natural boundaries (see `splitting`); finished messages go to an outbox that a
 separate pump task sends in order. So `deliver` never blocks the stream on Discord, a
 cancelled caller cannot lose track of a send already on the wire, and every delivered
@@ -19,7 +19,7 @@ from typing import Any, Literal
 import aiohttp
 import discord
 
-from fsm.channel import Notice, NoticeKind, TurnChannel
+from fsm.engine.channel import Notice, NoticeKind, TurnChannel
 
 from .rate_limits import guard_global_rate_limit
 from .splitting import MESSAGE_LIMIT, Chunk, StreamSplitter

@@ -19,9 +19,9 @@ from urllib.parse import parse_qs, urlsplit
 import discord
 from pydantic import BaseModel, ConfigDict, Field
 
-from fsm.flags import EnrichmentKind
-from fsm.stash import StashFull
-from fsm.tools import NOT_AVAILABLE, FunctionTool, Tool, ToolContext, ToolResult
+from fsm.engine.flags import EnrichmentKind
+from fsm.engine.stash import StashFull
+from fsm.engine.tools import NOT_AVAILABLE, FunctionTool, Tool, ToolContext, ToolResult
 
 from .media_fetch import FetchError, FetchLimits, MediaFetcher
 from .media_frames import MediaError, image_mime, keyframes

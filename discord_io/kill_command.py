@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import discord
 from discord import app_commands
 
-from fsm.locks import ChannelLockRegistry
+from fsm.engine.locks import ChannelLockRegistry
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from .diagram import add_diagram_commands
-from .journal import jsonable, write_journal
-from .runner import play_virtual, read_journal, replay_difference
-from .scenario import ScenarioError, load_scenario
+from .review.diagram import add_diagram_commands
+from .review.journal import jsonable, write_journal
+from .scenarios.format import ScenarioError, load_scenario
+from .scenarios.runner import play_virtual, read_journal, replay_difference
 
 
 def cmd_run_scenario(args: argparse.Namespace) -> int:
@@ -42,7 +42,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import main as demo_main
+    from .scenarios.demo import main as demo_main
 
     return demo_main(Path(args.journals))
 

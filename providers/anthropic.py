@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsm.provider import (
+from fsm.engine.provider import (
     Finish,
     KeepAlive,
     PassRequest,

@@ -34,8 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fsm.metadata import neutralize
-from fsm.provider import HistoryEntry, PassRequest
+from fsm.engine.metadata import neutralize
+from fsm.engine.provider import HistoryEntry, PassRequest
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fsm.provider import ErrorKind, ProviderError
+from fsm.engine.provider import ErrorKind, ProviderError
 
 REDACTED = "[redacted]"
 CONTEXT_TOO_LONG = "context_length_exceeded"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from fsm.provider import (
+from fsm.engine.provider import (
     Finish,
     PassRequest,
     ProviderError,

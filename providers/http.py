@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 
-from fsm.provider import AbortSignal, KeepAlive, PassRequest, ProviderError, ProviderEvent
+from fsm.engine.provider import AbortSignal, KeepAlive, PassRequest, ProviderError, ProviderEvent
 
 from .errors import error_details, http_error, scrub, stream_error
 from .sse import SSEComment, SSEEvent, SSEItem, SSEParser
@@ -60,7 +60,7 @@ def _ignore() -> None:
 
 
 class SSEProvider(ABC):
-    """Base of the three adapters; satisfies `fsm.provider.Provider`."""
+    """Base of the three adapters; satisfies `fsm.engine.provider.Provider`."""
 
     def __init__(
         self,

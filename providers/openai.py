@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsm.provider import (
+from fsm.engine.provider import (
     Finish,
     PassRequest,
     ProviderError,

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from fsm.provider import ProviderError
+from fsm.engine.provider import ProviderError
 
 _BOM = "\ufeff"
 _LINE_END = re.compile(rb"\r\n|\r|\n")

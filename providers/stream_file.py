@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from fsm.provider import AbortSignal, PassRequest, ProviderError
+from fsm.engine.provider import AbortSignal, PassRequest, ProviderError
 
 from .config import ProviderConfig, ProviderKind, build_provider
 from .replay_server import ReplayServer, Step

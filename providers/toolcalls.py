@@ -11,7 +11,7 @@ import json
 import uuid
 from typing import Any
 
-from fsm.provider import ToolCallRequest
+from fsm.engine.provider import ToolCallRequest
 
 
 def mint_call_id() -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from types import TracebackType
 
-from fsm.provider import AbortSignal
+from fsm.engine.provider import AbortSignal
 
 STALL_REASON = "stall_timeout"
 

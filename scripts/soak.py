@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from fsm.runner import run_virtual  # noqa: E402
+from fsm.scenarios.runner import run_virtual  # noqa: E402
 
 from reliability_support import soak  # noqa: E402
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from fsm import turn as turn_module
-from fsm.result import TurnResult
+from fsm.engine import turn as turn_module
+from fsm.engine.result import TurnResult
 
 from engine_support import TAKEN_EDGES
 

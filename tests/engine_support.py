@@ -8,18 +8,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 OWN_SCENARIOS = ROOT / "tests" / "scenarios"
-SHARED_SCENARIOS = SHARED / "scenarios"
+EXAMPLE_SCENARIOS = OWN_SCENARIOS / "examples"
 
 TAKEN_EDGES: set[tuple[str, str, str]] = set()
 
 
 def scenario_files() -> list[Path]:
-    files = sorted(OWN_SCENARIOS.glob("*.json"))
-    if SHARED_SCENARIOS.is_dir():
-        files += sorted(SHARED_SCENARIOS.glob("*.json"))
-    return files
+    return sorted(OWN_SCENARIOS.glob("*.json")) + sorted(EXAMPLE_SCENARIOS.glob("*.json"))
 
 
 def path_of(transitions: list[dict[str, Any]]) -> tuple[list[str], list[float]]:
@@ -42,7 +38,7 @@ def load_raw(path: Path) -> dict[str, Any]:
 
 def check_invariants(played: Any) -> None:
     """After every turn: one terminal state, nothing left running, lock and handles clear."""
-    from fsm.table import TERMINAL
+    from fsm.engine.table import TERMINAL
 
     turn = played.turn
     terminal = {s.value for s in TERMINAL}

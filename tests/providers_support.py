@@ -9,13 +9,13 @@ from typing import Any
 
 import aiohttp
 
-from fsm.provider import AbortSignal, PassRequest, ProviderEvent
+from fsm.engine.provider import AbortSignal, PassRequest, ProviderEvent
 from providers.config import ProviderConfig, build_provider
 from providers.replay_server import ReplayServer
 from providers.result import StreamSummary
 from providers.stream_file import replay_request
 
-FIXTURES = Path("/work/shared/fixtures/sse")
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sse"
 EXPECTED: dict[str, dict[str, dict[str, Any]]] = json.loads(
     (FIXTURES / "expected.json").read_text()
 )

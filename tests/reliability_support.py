@@ -27,18 +27,18 @@ from typing import Any, Protocol, TypeVar, cast
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from fsm.config import TurnConfig
-from fsm.journal import jsonable
-from fsm.locks import ChannelLockRegistry
-from fsm.machine import shared_machine
-from fsm.prefill import TurnRequest
-from fsm.result import TurnResult
-from fsm.runner import Played, play, replay_difference, run_virtual
-from fsm.scenario import parse_scenario
-from fsm.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
-from fsm.stash import ContextStash
-from fsm.table import TERMINAL, edge_keys
-from fsm.turn import Turn
+from fsm.engine.config import TurnConfig
+from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.machine import shared_machine
+from fsm.engine.prefill import TurnRequest
+from fsm.engine.result import TurnResult
+from fsm.engine.stash import ContextStash
+from fsm.engine.table import TERMINAL, edge_keys
+from fsm.engine.turn import Turn
+from fsm.review.journal import jsonable
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.runner import Played, play, replay_difference, run_virtual
+from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
 from providers.replay_server import ReplayServer
 
 from engine_support import check_invariants

@@ -1,4 +1,4 @@
-"""The main job's three modes as a user starts them: `python -m app` with nothing
+"""The main job's three modes as a user starts them: `python -m turn_engine` with nothing
 configured (built-in turns), with a provider (terminal chat over real HTTP), and with an
 invalid value (refused, naming the field). Subprocesses, so real time; no timed asserts."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from app.gc_tuning import GcSettings, tune_gc
-from app.settings import ConfigurationError, load_settings
 from providers.replay_server import ReplayServer, Send
+from turn_engine.gc_tuning import GcSettings, tune_gc
+from turn_engine.settings import ConfigurationError, load_settings
 
 from engine_support import ROOT
 from providers_support import sse
@@ -29,7 +29,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 async def _app(stdin: str, cwd: Path, **env: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app", cwd=cwd, env=_env(PYTHONPATH=str(ROOT), **env),
+        sys.executable, "-m", "turn_engine", cwd=cwd, env=_env(PYTHONPATH=str(ROOT), **env),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 60)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import fsm.turn
+import fsm.engine.turn
 from bench import concurrency, growth, over_http, peers, per_chunk, per_turn
 from bench.__main__ import main
 from bench.common import Section
@@ -49,7 +49,7 @@ def test_typical_turn_does_the_declared_work() -> None:
 
 def _patchable() -> tuple[object, ...]:
     """What a what-if may patch: it must be back as it was afterwards."""
-    return fsm.turn.shared_machine, gc.get_threshold()
+    return fsm.engine.turn.shared_machine, gc.get_threshold()
 
 
 def test_per_chunk() -> None:

@@ -15,15 +15,15 @@ import discord
 import pytest
 from PIL import Image
 
-from app.bot import TurnBot
 from discord_io.enrichment_tools import EnrichmentTools, discord_avatar_lookup
 from discord_io.media_fetch import MediaFetcher
 from discord_io.testing import CdnFile, DiscordEmulator, Fault, emulated_discord
-from fsm.config import TurnConfig
-from fsm.generation import Attempt
-from fsm.runner import read_journal, replay_on_loop
-from fsm.scenario import parse_scenario
-from fsm.scripted import ScriptedProvider
+from fsm.engine.config import TurnConfig
+from fsm.engine.generation import Attempt
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.runner import read_journal, replay_on_loop
+from fsm.scenarios.scripted import ScriptedProvider
+from turn_engine.bot import TurnBot
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 

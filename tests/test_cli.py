@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engine_support import ROOT, SHARED_SCENARIOS
+from engine_support import EXAMPLE_SCENARIOS, ROOT
 
-E03 = SHARED_SCENARIOS / "e03_idle_timeout_after_text.json"
+E03 = EXAMPLE_SCENARIOS / "e03_idle_timeout_after_text.json"
 OWN = ROOT / "tests" / "scenarios"
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from transitions.extensions.diagrams import GraphMachine
 
-from fsm.diagram import (
+from fsm.engine.machine import CALLBACK_BY_TRIGGER, transition_specs
+from fsm.engine.table import STATES, TABLE, TERMINAL, edge_keys
+from fsm.review.diagram import (
     KIND_STYLE,
     REFRESH_COMMAND,
     RUNNING_FILL,
@@ -25,11 +27,9 @@ from fsm.diagram import (
     overlay_of,
     transitions_markdown,
 )
-from fsm.inspect_journal import Journal, parse_journal
-from fsm.machine import CALLBACK_BY_TRIGGER, transition_specs
-from fsm.runner import play_virtual
-from fsm.scenario import load_scenario
-from fsm.table import STATES, TABLE, TERMINAL, edge_keys
+from fsm.review.inspect import Journal, parse_journal
+from fsm.scenarios.format import load_scenario
+from fsm.scenarios.runner import play_virtual
 
 from engine_support import ROOT, load_raw, scenario_files
 
@@ -98,7 +98,7 @@ def test_committed_markdown_matches_the_table() -> None:
 
 def test_rendering_is_deterministic_across_processes() -> None:
     # covers issue item 5: same table, same bytes (no timestamps, no hash-order dependence)
-    script = ("import sys; from fsm.diagram import machine_dot, transitions_markdown; "
+    script = ("import sys; from fsm.review.diagram import machine_dot, transitions_markdown; "
               "sys.stdout.write(machine_dot() + transitions_markdown())")
     outputs = set()
     for seed in ("1", "2"):
@@ -313,7 +313,7 @@ def _fsm(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
                               filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     if "invalid choice" in proc.stderr:
         pytest.fail("fsm/cli.py does not offer the diagram commands yet: add "
-                    "`add_diagram_commands(sub)` (from fsm.diagram) to build_parser()")
+                    "`add_diagram_commands(sub)` (from fsm.review.diagram) to build_parser()")
     return proc
 
 

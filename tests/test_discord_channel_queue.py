@@ -9,7 +9,7 @@ import pytest
 
 from discord_io.channel_queue import QUEUE_FULL_TEXT, ChannelQueue
 from discord_io.stale_sweeper import StaleLockSweeper
-from fsm.locks import ChannelLock, ChannelLockRegistry
+from fsm.engine.locks import ChannelLock, ChannelLockRegistry
 
 CHANNEL = "chan-1"
 

@@ -9,7 +9,7 @@ import pytest
 
 from discord_io.delivery import DeliveryError, DiscordChannel
 from discord_io.testing import DiscordEmulator, Fault, emulated_discord
-from fsm.channel import Notice, TurnChannel
+from fsm.engine.channel import Notice, TurnChannel
 
 SEND = "POST /channels/{channel_id}/messages"
 DELETE = "DELETE /channels/{channel_id}/messages/{message_id}"

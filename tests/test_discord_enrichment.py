@@ -30,10 +30,10 @@ from discord_io.media_fetch import (
     check_url,
 )
 from discord_io.testing import CdnFile, DiscordEmulator, emulated_discord
-from fsm.flags import TurnFlags
-from fsm.provider import AbortSignal
-from fsm.stash import ContextStash
-from fsm.tools import NOT_AVAILABLE, ToolContext, ToolRegistry, ToolResult
+from fsm.engine.flags import TurnFlags
+from fsm.engine.provider import AbortSignal
+from fsm.engine.stash import ContextStash
+from fsm.engine.tools import NOT_AVAILABLE, ToolContext, ToolRegistry, ToolResult
 
 from media_support import make_gif, make_png
 

@@ -11,7 +11,7 @@ from discord import app_commands
 from discord_io.channel_queue import ChannelQueue
 from discord_io.kill_command import install_kill_command
 from discord_io.testing import DiscordEmulator, emulated_discord
-from fsm.locks import ChannelLock, ChannelLockRegistry
+from fsm.engine.locks import ChannelLock, ChannelLockRegistry
 
 CALLBACK = "POST /interactions/{interaction_id}/{token}/callback"
 EPHEMERAL = 64

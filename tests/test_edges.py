@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from fsm.config import TurnConfig
-from fsm.flags import TurnFlags
-from fsm.locks import ChannelLockRegistry
-from fsm.prefill import TurnRequest
-from fsm.scenario import parse_scenario
-from fsm.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
-from fsm.stash import ContextStash
-from fsm.tools import AnyArgs, ToolRegistry
-from fsm.turn import Turn
+from fsm.engine.config import TurnConfig
+from fsm.engine.flags import TurnFlags
+from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.prefill import TurnRequest
+from fsm.engine.stash import ContextStash
+from fsm.engine.tools import AnyArgs, ToolRegistry
+from fsm.engine.turn import Turn
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 

@@ -11,12 +11,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from fsm.config import TurnConfig
-from fsm.generation import Attempt, run_generation_turn
-from fsm.locks import ChannelLockRegistry
-from fsm.prefill import TurnRequest
-from fsm.scripted import InMemoryChannel
-from fsm.turn import Turn
+from fsm.engine.config import TurnConfig
+from fsm.engine.generation import Attempt, run_generation_turn
+from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.prefill import TurnRequest
+from fsm.engine.turn import Turn
+from fsm.scenarios.scripted import InMemoryChannel
 from providers import build_provider
 from providers.replay_server import Hang, Pause, ReplayServer, Send
 

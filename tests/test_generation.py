@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from fsm.config import TurnConfig
-from fsm.generation import Attempt, run_generation_turn, should_fall_back
-from fsm.locks import ChannelLockRegistry
-from fsm.prefill import TurnRequest
-from fsm.scenario import parse_scenario
-from fsm.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools
-from fsm.stash import ContextStash
+from fsm.engine.config import TurnConfig
+from fsm.engine.generation import Attempt, run_generation_turn, should_fall_back
+from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.prefill import TurnRequest
+from fsm.engine.stash import ContextStash
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -100,9 +100,9 @@ async def test_kill_or_tool_loop_failure_does_not_fall_back() -> None:
 
 async def test_each_attempt_journals_and_replays_with_its_prefill_and_calls() -> None:
     # covers G1 with the journal rule: every live attempt replays to the same result
-    from fsm.journal import JournalRecorder, journal_document
-    from fsm.runner import replay_on_loop
-    from fsm.turn import Turn
+    from fsm.engine.turn import Turn
+    from fsm.review.journal import JournalRecorder, journal_document
+    from fsm.scenarios.runner import replay_on_loop
 
     primary = _provider([{"at": 1, "tool_call": {"name": "weather", "args": {"city": "Oslo"}}}],
                         [{"at": 1, "text": "It is"}, {"at": 2, "stall": True}])

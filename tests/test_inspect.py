@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from fsm.inspect_journal import Journal, load_journal, parse_journal, summarize, time_in_states
-from fsm.journal import jsonable, write_journal
-from fsm.runner import play_virtual
-from fsm.scenario import ScenarioError, load_scenario
+from fsm.review.inspect import Journal, load_journal, parse_journal, summarize, time_in_states
+from fsm.review.journal import jsonable, write_journal
+from fsm.scenarios.format import ScenarioError, load_scenario
+from fsm.scenarios.runner import play_virtual
 
 from engine_support import ROOT, load_raw, scenario_files
 
@@ -43,7 +43,7 @@ def _fsm(*args: str) -> subprocess.CompletedProcess[str]:
                               filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     if "invalid choice" in proc.stderr:
         pytest.fail("fsm/cli.py does not offer the diagram commands yet: add "
-                    "`add_diagram_commands(sub)` (from fsm.diagram) to build_parser()")
+                    "`add_diagram_commands(sub)` (from fsm.review.diagram) to build_parser()")
     return proc
 
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from transitions.extensions.asyncio import AsyncMachine
 
-from fsm.machine import SequentialAsyncMachine, shared_machine
-from fsm.runner import play
-from fsm.scenario import parse_scenario
-from fsm.table import edge_keys
+from fsm.engine.machine import SequentialAsyncMachine, shared_machine
+from fsm.engine.table import edge_keys
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.runner import play
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from fsm.provider import AbortSignal, ProviderEvent, TextDelta
+from fsm.engine.provider import AbortSignal, ProviderEvent, TextDelta
 from providers.config import build_provider
 from providers.replay_server import ReplayServer
 from providers.stream_file import replay_request

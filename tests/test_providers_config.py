@@ -11,7 +11,7 @@ import aiohttp
 import pydantic
 import pytest
 
-from fsm.provider import AbortSignal
+from fsm.engine.provider import AbortSignal
 from providers.anthropic import AnthropicProvider
 from providers.config import ProviderConfig, build_provider
 from providers.gemini import GeminiProvider

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from fsm.provider import AbortSignal, ProviderError, TextDelta
+from fsm.engine.provider import AbortSignal, ProviderError, TextDelta
 from providers.config import build_provider
 from providers.errors import ErrorDetails, error_details, http_error, retry_after_header
 from providers.replay_server import ReplayServer

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fsm.provider import KeepAlive, ReasoningDelta, TextDelta, ToolCallRequest
+from fsm.engine.provider import KeepAlive, ReasoningDelta, TextDelta, ToolCallRequest
 
 from providers_support import anthropic_sse, run, sse
 

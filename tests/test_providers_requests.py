@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from fsm.provider import AbortSignal, HistoryEntry, PassRequest, ToolCallRequest
+from fsm.engine.provider import AbortSignal, HistoryEntry, PassRequest, ToolCallRequest
 from providers.config import build_provider
 from providers.context import TextPart, normalize_items, normalize_tools
 from providers.replay_server import RecordedRequest, ReplayServer

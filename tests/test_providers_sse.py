@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fsm.provider import ProviderError
+from fsm.engine.provider import ProviderError
 from providers.sse import SSEComment, SSEEvent, SSEItem, SSEParser, json_payload
 
 STREAM = (

@@ -1,11 +1,11 @@
-"""The Discord layer under faults and load: the bot (`app.bot.TurnBot`) with real discord.py
+"""The Discord layer under faults and load: the bot (`turn_engine.bot.TurnBot`) with real discord.py
 against the Discord REST emulator on loopback, the real engine and the engine's scripted
 provider, in virtual time. Faults are Discord's own answers: 429 storms (per route and
 global), 5xx on sends, failing deletes, a failing typing endpoint; the load cell runs many
 channels at once with queued turns, random /kill and follow-ups, stalls that fire the
 timers and an abandoned lock for the stale sweeper, with two /kill cells beside it.
 
-The cells found three defects in `discord_io/` and `app/`, fixed there, each with its
+The cells found three defects in `discord_io/` and `turn_engine/`, fixed there, each with its
 regression cell here: a request cancelled while discord.py sleeps off a global 429 wedged
 the client for good (`discord_io/rate_limits.py`); the idle flush livelocked on a deadline
 off the clock's grid (`DiscordChannel._idle_flush`); /kill during the bot's history read
@@ -36,19 +36,19 @@ from typing import Any
 import discord
 import pytest
 
-from app import bot as bot_module
-from app.bot import TurnBot
 from discord_io.channel_queue import QUEUE_FULL_TEXT, STOPPING_TEXT, ChannelQueue, Submission
 from discord_io.delivery import DeliveryError, DiscordChannel
 from discord_io.testing import DiscordEmulator, Fault, RecordedRequest, emulated_discord
 from discord_io.typing_indicator import TypingIndicator
-from fsm.config import TurnConfig
-from fsm.generation import Attempt, GenerationResult, run_generation_turn
-from fsm.locks import ChannelLock, ChannelLockRegistry
-from fsm.provider import AbortSignal, PassRequest, ProviderEvent
-from fsm.scenario import parse_scenario
-from fsm.scripted import ScriptedProvider
-from fsm.turn import Turn
+from fsm.engine.config import TurnConfig
+from fsm.engine.generation import Attempt, GenerationResult, run_generation_turn
+from fsm.engine.locks import ChannelLock, ChannelLockRegistry
+from fsm.engine.provider import AbortSignal, PassRequest, ProviderEvent
+from fsm.engine.turn import Turn
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.scripted import ScriptedProvider
+from turn_engine import bot as bot_module
+from turn_engine.bot import TurnBot
 
 from reliability_support import EPS, NIGHTLY, TERMINAL_NAMES, check_walk
 

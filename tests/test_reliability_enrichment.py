@@ -7,7 +7,7 @@ item), the turn in one terminal state, nothing left running, no connection check
 fetcher's pool, and the stash within its bounds at every put.
 
 Tests reach the loopback server with `MediaFetcher(allow_private=True)`; production builds
-`MediaFetcher()` (app/bot.py), which refuses private addresses: one cell runs that one."""
+`MediaFetcher()` (turn_engine/bot.py), which refuses private addresses: one cell runs that one."""
 
 from __future__ import annotations
 
@@ -26,14 +26,14 @@ from PIL import GifImagePlugin
 from discord_io.enrichment_tools import AvatarRef, EnrichmentTools, ProcessGifArgs
 from discord_io.media_fetch import FetchLimits, MediaFetcher
 from discord_io.media_frames import MAX_FRAMES
-from fsm.config import TurnConfig
-from fsm.provider import AbortSignal, PassRequest, ProviderEvent
-from fsm.result import TurnResult
-from fsm.scenario import parse_scenario
-from fsm.scripted import ScriptedProvider
-from fsm.stash import ContextStash
-from fsm.tools import FunctionTool, Tool, ToolContext, ToolRegistry, ToolResult
-from fsm.turn import Turn
+from fsm.engine.config import TurnConfig
+from fsm.engine.provider import AbortSignal, PassRequest, ProviderEvent
+from fsm.engine.result import TurnResult
+from fsm.engine.stash import ContextStash
+from fsm.engine.tools import FunctionTool, Tool, ToolContext, ToolRegistry, ToolResult
+from fsm.engine.turn import Turn
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.scripted import ScriptedProvider
 from providers.replay_server import Hang, ReplayServer, Send, Step
 
 from media_support import make_gif, make_png
@@ -470,7 +470,7 @@ async def test_stash_key_used_after_it_expired_goes_on_without_the_item(
     # return; with a 10 s ttl an item lives at most 10 s: drained at its ttl it is gone, the
     # warning is logged and the turn goes on without it (the guard still set); a moment
     # earlier it is used
-    caplog.set_level(logging.WARNING, logger="fsm.restart")
+    caplog.set_level(logging.WARNING, logger="fsm.engine.restart")
 
     def slow_gif(tools: EnrichmentTools) -> list[Tool]:
         async def process_gif(args: ProcessGifArgs, ctx: ToolContext) -> ToolResult:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from fsm.channel import Notice
-from fsm.provider import (
+from fsm.engine.channel import Notice
+from fsm.engine.provider import (
     AbortSignal,
     Finish,
     KeepAlive,
@@ -24,12 +24,12 @@ from fsm.provider import (
     TextDelta,
     ToolCallRequest,
 )
-from fsm.runner import play
-from fsm.scenario import parse_scenario
-from fsm.scripted import InMemoryChannel
-from fsm.stash import ContextStash
-from fsm.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
-from fsm.turn import Turn
+from fsm.engine.stash import ContextStash
+from fsm.engine.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
+from fsm.engine.turn import Turn
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.runner import play
+from fsm.scenarios.scripted import InMemoryChannel
 
 from reliability_support import (
     CHANNEL,

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fsm.provider import (
+from fsm.engine.provider import (
     Finish,
     KeepAlive,
     ProviderError,
@@ -29,8 +29,8 @@ from fsm.provider import (
     ToolCallRequest,
     Usage,
 )
-from fsm.runner import play, read_journal, run_virtual, split_journal
-from fsm.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
+from fsm.scenarios.format import Scenario, ScenarioError, load_scenario, parse_scenario
+from fsm.scenarios.runner import play, read_journal, run_virtual, split_journal
 from providers.anthropic import MessagesDecoder
 from providers.gemini import GenerateContentDecoder, ThoughtSignatures
 from providers.openai import ChatCompletionsDecoder
@@ -39,7 +39,7 @@ from providers.sse import SSEComment, SSEEvent, SSEParser, json_payload
 from engine_support import ROOT
 from reliability_support import play_and_check, reliability_settings, scenarios
 
-FIXTURES = Path("/work/shared/fixtures/sse")
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sse"
 PROVIDER_EVENTS = (TextDelta, ReasoningDelta, KeepAlive, ToolCallRequest, Usage, Finish,
                    ProviderError)
 
@@ -347,7 +347,7 @@ def mutated_streams(draw: st.DrawFn) -> tuple[str, list[tuple[str, str]]]:
     return kind, encoded
 
 
-@pytest.mark.skipif(not FIXTURE_STREAMS, reason="no SSE fixtures in ../shared")
+@pytest.mark.skipif(not FIXTURE_STREAMS, reason="no SSE fixtures in tests/fixtures/sse")
 @reliability_settings(ci_examples=400)
 @given(case=mutated_streams())
 def test_decoders_on_mutated_recorded_streams(case: tuple[str, list[tuple[str, str]]]) -> None:

@@ -48,19 +48,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from discord_io.delivery import DiscordChannel
-from fsm.channel import NOTICE_TEXT, Notice, NoticeKind
-from fsm.config import TurnConfig
-from fsm.generation import Attempt, GenerationResult, run_generation_turn
-from fsm.locks import ChannelLockRegistry
-from fsm.prefill import TurnRequest
-from fsm.provider import AbortSignal, HistoryEntry, PassRequest, ProviderError, ProviderEvent
-from fsm.result import TurnResult
-from fsm.runner import Played, run_virtual
-from fsm.scenario import parse_scenario
-from fsm.scripted import InMemoryChannel, ScriptedProvider
-from fsm.stash import ContextStash
-from fsm.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
-from fsm.turn import Turn
+from fsm.engine.channel import NOTICE_TEXT, Notice, NoticeKind
+from fsm.engine.config import TurnConfig
+from fsm.engine.generation import Attempt, GenerationResult, run_generation_turn
+from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.prefill import TurnRequest
+from fsm.engine.provider import AbortSignal, HistoryEntry, PassRequest, ProviderError, ProviderEvent
+from fsm.engine.result import TurnResult
+from fsm.engine.stash import ContextStash
+from fsm.engine.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
+from fsm.engine.turn import Turn
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.runner import Played, run_virtual
+from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider
 
 from reliability_support import (
     EPS,

@@ -20,9 +20,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from fsm.journal import JournalRecorder, journal_document, jsonable
-from fsm.result import TurnResult
-from fsm.turn import Turn
+from fsm.engine.result import TurnResult
+from fsm.engine.turn import Turn
+from fsm.review.journal import JournalRecorder, journal_document, jsonable
 from providers import build_provider
 from providers.replay_server import Hang, Pause, ReplayServer, Send, Step, parse_script
 

@@ -18,7 +18,7 @@ import pytest
 
 from discord_io.delivery import DiscordChannel
 from discord_io.testing import Fault, emulated_discord
-from fsm.turn import Turn
+from fsm.engine.turn import Turn
 from providers import build_provider
 from providers.replay_server import Hang, Pause, ReplayServer, Send
 
@@ -131,7 +131,7 @@ class Scripted:
         self.pieces = pieces
 
     def stream(self, request: Any, abort: Any) -> AsyncIterator[Any]:
-        from fsm.provider import Finish, TextDelta
+        from fsm.engine.provider import Finish, TextDelta
 
         async def events() -> AsyncIterator[Any]:
             for piece in self.pieces:

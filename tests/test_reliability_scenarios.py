@@ -12,8 +12,8 @@ from typing import Any
 import looptime
 import pytest
 
-from fsm.runner import play, play_virtual, replay_difference
-from fsm.scenario import parse_scenario
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.runner import play, play_virtual, replay_difference
 
 from reliability_support import play_and_check
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from fsm.runner import run_virtual
+from fsm.scenarios.runner import run_virtual
 
 from reliability_support import soak
 

@@ -21,11 +21,11 @@ import looptime
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from fsm.config import TurnConfig
-from fsm.locks import ChannelLockRegistry
-from fsm.metadata import tail_directive
-from fsm.prefill import TurnRequest
-from fsm.provider import (
+from fsm.engine.config import TurnConfig
+from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.metadata import tail_directive
+from fsm.engine.prefill import TurnRequest
+from fsm.engine.provider import (
     AbortSignal,
     Finish,
     KeepAlive,
@@ -34,12 +34,12 @@ from fsm.provider import (
     TextDelta,
     ToolCallRequest,
 )
-from fsm.restart import METADATA_TAIL_DIRECTIVE
-from fsm.runner import run_virtual
-from fsm.scenario import HistoryMessage, Reaction, parse_scenario
-from fsm.scripted import InMemoryChannel, history_items
-from fsm.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
-from fsm.turn import Turn, already_sent_notice
+from fsm.engine.restart import METADATA_TAIL_DIRECTIVE
+from fsm.engine.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
+from fsm.engine.turn import Turn, already_sent_notice
+from fsm.scenarios.format import HistoryMessage, Reaction, parse_scenario
+from fsm.scenarios.runner import run_virtual
+from fsm.scenarios.scripted import InMemoryChannel, history_items
 
 from engine_support import check_invariants
 from reliability_support import build_turn, check_walk, finish, reliability_settings
@@ -118,7 +118,7 @@ class ControlledStream:
 
 
 class ControlledProvider:
-    """Implements `fsm.provider.Provider`; every pass is a `ControlledStream`."""
+    """Implements `fsm.engine.provider.Provider`; every pass is a `ControlledStream`."""
 
     name = "controlled"
 

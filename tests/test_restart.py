@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
-from fsm.restart import METADATA_TAIL_DIRECTIVE, parse_restart
-from fsm.runner import play
-from fsm.scenario import parse_scenario
-from fsm.stash import ContextStash, StashFull
+from fsm.engine.restart import METADATA_TAIL_DIRECTIVE, parse_restart
+from fsm.engine.stash import ContextStash, StashFull
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.runner import play
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 

@@ -1,5 +1,5 @@
-"""Every scenario file (ours and ../shared/scenarios) produces the path, transition times and
-result fields its `expect` block states. Each file's `covers` names its SPEC ids."""
+"""Every scenario file (ours and the examples in tests/scenarios/examples) produces the path,
+transition times and result fields its `expect` block states. Each file's `covers` names its SPEC ids."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from fsm.runner import play_virtual
-from fsm.scenario import load_scenario
+from fsm.scenarios.format import load_scenario
+from fsm.scenarios.runner import play_virtual
 
 from engine_support import check_invariants, load_raw, path_of, scenario_files
 
@@ -32,7 +32,7 @@ def _subset_mismatch(expected: Any, actual: Any, where: str = "result") -> str |
 
 @pytest.mark.parametrize("path", scenario_files(), ids=lambda p: p.stem)
 def test_scenario_meets_its_expectations(path: Path) -> None:
-    # covers: the SPEC ids listed in each file's "covers" (shared e01-e06: S4, S5, S7, S10,
+    # covers: the SPEC ids listed in each file's "covers" (examples e01-e06: S4, S5, S7, S10,
     # S11, S12, S13, S16, T6, R1, R3, R4, R7, R8)
     raw = load_raw(path)
     expect = raw["expect"]

@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 
-from fsm.channel import TurnChannel
-from fsm.config import TurnConfig
-from fsm.journal import JournalRecorder, journal_document
-from fsm.locks import ChannelLockRegistry
-from fsm.prefill import TurnRequest
-from fsm.provider import (
+from fsm.engine.channel import TurnChannel
+from fsm.engine.config import TurnConfig
+from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.prefill import TurnRequest
+from fsm.engine.provider import (
     AbortSignal,
     Finish,
     HistoryEntry,
@@ -22,11 +21,12 @@ from fsm.provider import (
     ProviderEvent,
     TextDelta,
 )
-from fsm.runner import play, replay_on_loop
-from fsm.scenario import Step, parse_scenario
-from fsm.scripted import InMemoryChannel, ScriptedProvider
-from fsm.tools import ToolRegistry
-from fsm.turn import Turn
+from fsm.engine.tools import ToolRegistry
+from fsm.engine.turn import Turn
+from fsm.review.journal import JournalRecorder, journal_document
+from fsm.scenarios.format import Step, parse_scenario
+from fsm.scenarios.runner import play, replay_on_loop
+from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from fsm.locks import ChannelLockRegistry
-from fsm.runner import play
-from fsm.scenario import parse_scenario
-from fsm.scripted import InMemoryChannel, ScriptedProvider
-from fsm.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult
-from fsm.turn import Turn
+from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult
+from fsm.engine.turn import Turn
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.runner import play
+from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 

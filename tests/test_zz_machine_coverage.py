@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from fsm.machine import CALLBACK_BY_TRIGGER, shared_machine
-from fsm.table import STATES, TABLE, TERMINAL, TRIGGERS, edge_keys
-from fsm.turn import Turn
+from fsm.engine.machine import CALLBACK_BY_TRIGGER, shared_machine
+from fsm.engine.table import STATES, TABLE, TERMINAL, TRIGGERS, edge_keys
+from fsm.engine.turn import Turn
 
 from engine_support import TAKEN_EDGES
 

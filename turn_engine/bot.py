@@ -29,14 +29,14 @@ from discord_io.kill_command import install_kill_command
 from discord_io.media_fetch import MediaFetcher
 from discord_io.stale_sweeper import StaleLockSweeper
 from discord_io.typing_indicator import TypingIndicator
-from fsm.config import TurnConfig
-from fsm.generation import Attempt, GenerationResult, run_generation_turn
-from fsm.journal import JournalRecorder, journal_document, write_journal
-from fsm.locks import ChannelLock, ChannelLockRegistry
-from fsm.prefill import TurnRequest
-from fsm.stash import ContextStash
-from fsm.tools import Tool, ToolRegistry
-from fsm.turn import Turn
+from fsm.engine.config import TurnConfig
+from fsm.engine.generation import Attempt, GenerationResult, run_generation_turn
+from fsm.engine.locks import ChannelLock, ChannelLockRegistry
+from fsm.engine.prefill import TurnRequest
+from fsm.engine.stash import ContextStash
+from fsm.engine.tools import Tool, ToolRegistry
+from fsm.engine.turn import Turn
+from fsm.review.journal import JournalRecorder, journal_document, write_journal
 from providers import build_provider
 
 from .gc_tuning import tune_gc

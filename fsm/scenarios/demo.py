@@ -9,14 +9,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
-from .journal import JournalRecorder, RecordingStash, journal_document, write_journal
-from .locks import ChannelLockRegistry
-from .prefill import TurnRequest
+from ..engine.locks import ChannelLockRegistry
+from ..engine.prefill import TurnRequest
+from ..engine.table import TERMINAL, State
+from ..engine.turn import Turn
+from ..review.journal import JournalRecorder, RecordingStash, journal_document, write_journal
+from .format import Scenario, parse_scenario
 from .runner import run_virtual
-from .scenario import Scenario, parse_scenario
 from .scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
-from .table import TERMINAL, State
-from .turn import Turn
 
 BUILT_IN: list[dict[str, Any]] = [
     {

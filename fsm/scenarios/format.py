@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .config import TurnConfig
-from .flags import EnrichmentKind
-from .stash import item_size
+from ..engine.config import TurnConfig
+from ..engine.flags import EnrichmentKind
+from ..engine.stash import item_size
 
 
 class ScenarioError(ValueError):

@@ -15,11 +15,11 @@ from typing import Any, TextIO
 
 import aiohttp
 
-from fsm.channel import Notice
-from fsm.generation import Attempt, run_generation_turn
-from fsm.locks import ChannelLockRegistry
-from fsm.prefill import TurnRequest
-from fsm.turn import Turn
+from fsm.engine.channel import Notice
+from fsm.engine.generation import Attempt, run_generation_turn
+from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.prefill import TurnRequest
+from fsm.engine.turn import Turn
 from providers import build_provider
 
 from .settings import AppSettings

@@ -15,12 +15,12 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from .runner import read_journal
-from .scenario import ScenarioError
-from .table import TABLE, TERMINAL, Edge, State
+from ..engine.table import TABLE, TERMINAL, Edge, State
+from ..scenarios.format import ScenarioError
+from ..scenarios.runner import read_journal
 
 EdgeKey = tuple[str, str, str]
-"""(trigger, source, dest) as `fsm.table.edge_keys()` spells it."""
+"""(trigger, source, dest) as `fsm.engine.table.edge_keys()` spells it."""
 
 _TERMINAL_NAMES = frozenset(s.value for s in TERMINAL)
 _PASS_STATES = frozenset({State.AWAITING_FIRST_TOKEN.value, State.STREAMING.value,

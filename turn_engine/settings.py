@@ -13,7 +13,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from fsm.config import TurnConfig
+from fsm.engine.config import TurnConfig
 from providers import ProviderConfig
 
 from .gc_tuning import GcSettings

@@ -9,9 +9,9 @@ import secrets
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
-from .channel import Notice
-from .flags import EnrichmentKind
-from .provider import (
+from ..engine.channel import Notice
+from ..engine.flags import EnrichmentKind
+from ..engine.provider import (
     AbortSignal,
     Finish,
     KeepAlive,
@@ -21,9 +21,9 @@ from .provider import (
     TextDelta,
     ToolCallRequest,
 )
-from .scenario import GuardedTool, HistoryMessage, Step, ToolCallSpec, ToolOutcome
-from .stash import ContextStash
-from .tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
+from ..engine.stash import ContextStash
+from ..engine.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
+from .format import GuardedTool, HistoryMessage, Step, ToolCallSpec, ToolOutcome
 
 STASH_REF = "$stash:"
 

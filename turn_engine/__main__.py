@@ -27,7 +27,7 @@ def main() -> int:
         from .chat import chat
 
         return asyncio.run(chat(settings))
-    from fsm.demo import main as demo
+    from fsm.scenarios.demo import main as demo
 
     return demo(Path(settings.journal_dir))
 

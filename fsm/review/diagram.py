@@ -1,6 +1,6 @@
 """The turn machine drawn from its table, and recorded turns drawn on it (`python -m fsm diagram`).
 
-The picture is built with graphviz directly from `fsm.table.TABLE`, not from transitions'
+The picture is built with graphviz directly from `fsm.engine.table.TABLE`, not from transitions'
 `GraphMachine`: GraphMachine merges every trigger between two states into one edge (so a
 timer, a kill and a worker event between the same pair cannot be styled apart, and no edge
 can be named by its (trigger, source, dest)), paints the model's current state as active,
@@ -27,10 +27,8 @@ from pathlib import Path
 
 import graphviz
 
-from .inspect_journal import EdgeKey, Journal, load_journal, summarize, time_in_states
-from .machine import CALLBACK_BY_TRIGGER
-from .scenario import ScenarioError
-from .table import (
+from ..engine.machine import CALLBACK_BY_TRIGGER
+from ..engine.table import (
     NON_TERMINAL,
     STATES,
     STREAM_STATES,
@@ -40,6 +38,8 @@ from .table import (
     EdgeKind,
     State,
 )
+from ..scenarios.format import ScenarioError
+from .inspect import EdgeKey, Journal, load_journal, summarize, time_in_states
 
 REFRESH_COMMAND = "python -m fsm diagram"
 MACHINE_PREFIX = Path("diagrams/turn")

@@ -15,11 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .config import TurnConfig
-from .prefill import TurnRequest
-from .stash import ContextStash
-from .stream_pass import PassRun, TextSink
-from .tools import ToolRegistry
+from ..engine.config import TurnConfig
+from ..engine.prefill import TurnRequest
+from ..engine.stash import ContextStash
+from ..engine.stream_pass import PassRun, TextSink
+from ..engine.tools import ToolRegistry
 
 
 def jsonable(value: Any) -> Any:

@@ -11,15 +11,15 @@ from typing import Any, TypeVar
 
 import looptime
 
-from .journal import journal_document
-from .locks import ChannelLockRegistry
-from .prefill import TurnRequest
-from .provider import HistoryEntry
-from .result import TurnResult
-from .scenario import Scenario, ScenarioError, decode_json, parse_scenario, read_text
+from ..engine.locks import ChannelLockRegistry
+from ..engine.prefill import TurnRequest
+from ..engine.provider import HistoryEntry
+from ..engine.result import TurnResult
+from ..engine.stash import ContextStash
+from ..engine.turn import Turn, TurnObserver
+from ..review.journal import journal_document
+from .format import Scenario, ScenarioError, decode_json, parse_scenario, read_text
 from .scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
-from .stash import ContextStash
-from .turn import Turn, TurnObserver
 
 T = TypeVar("T")
 HISTORY_FIELDS = ("tool_name", "arguments", "result", "call_id", "pre_tool_text", "success")
