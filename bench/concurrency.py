@@ -201,7 +201,8 @@ def inflight(turns: int = 10_000, sample: int = 1_000, traced: bool = False,
 
 BOT_PROCESS = "bot process GC settings"
 """The collector settings `python -m turn_engine` applies (`turn_engine.gc_tuning`): the
-process the bot really runs in, so its kill-all figure is judged against the goal too, with repeats."""
+process the bot really runs in, so its kill-all figure is judged against the goal too, with
+repeats."""
 
 CONCURRENCY_WHATIFS = (
     BOT_PROCESS,

@@ -1,5 +1,6 @@
 """Every scenario file (ours and the examples in tests/scenarios/examples) produces the path,
-transition times and result fields its `expect` block states. Each file's `covers` names its SPEC ids."""
+transition times and result fields its `expect` block states. Each file's `covers` names its
+SPEC ids."""
 
 from __future__ import annotations
 
