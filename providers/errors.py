@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from yarl import URL
+
 from fsm.engine.provider import ErrorKind, ProviderError
 
 REDACTED = "[redacted]"
@@ -102,6 +104,27 @@ def http_error(
     if details is None:
         details = ErrorDetails(message=fallback.strip()[:_MESSAGE_LIMIT] or f"HTTP {status}")
     return _classify("http", status, details, retry_after_header(headers))
+
+
+def redirect_error(status: int, location: str | None, requested: URL) -> ProviderError:
+    """A 3xx from a model API: never followed, and named by its target host only.
+
+    The path and query of a `Location` may carry anything (a key echoed back, a token), so
+    only the host is shown; a relative `Location` points at the requested host.
+    """
+    try:
+        target = requested.join(URL(location)) if location else None
+    except ValueError:
+        target = None
+    host = target.host if target is not None and target.host else "an unreadable location"
+    return ProviderError(
+        kind="http",
+        type="redirect",
+        message=f"HTTP {status} redirect to {host} not followed (provider calls never follow "
+        "redirects)",
+        status=status,
+        retryable=False,
+    )
 
 
 def stream_error(details: ErrorDetails) -> ProviderError:

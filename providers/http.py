@@ -9,6 +9,7 @@ that must behave the same for all providers:
   ends quietly, without raising and without a trailing error event;
 - failures are events, not exceptions: HTTP errors, in-band errors, dropped connections and
   malformed events all become one final `ProviderError`, with the API key scrubbed out;
+- redirects are never followed: a 3xx is an error naming its status and target host;
 - a response read to the end returns its connection to the pool; any other ending closes
   the connection, so nothing outlives the pass.
 """
@@ -28,7 +29,7 @@ import aiohttp
 
 from fsm.engine.provider import AbortSignal, KeepAlive, PassRequest, ProviderError, ProviderEvent
 
-from .errors import error_details, http_error, scrub, stream_error
+from .errors import error_details, http_error, redirect_error, scrub, stream_error
 from .sse import SSEComment, SSEEvent, SSEItem, SSEParser
 
 if TYPE_CHECKING:
@@ -158,6 +159,10 @@ class SSEProvider(ABC):
             if abort.fired:
                 return
             self._on_bytes()
+            if 300 <= response.status < 400:
+                yield redirect_error(response.status, response.headers.get("Location"),
+                                     response.url)
+                return
             if response.status >= 300 or response.content_type == "application/json":
                 error = await self._non_stream_response(response)
                 if not abort.fired:
@@ -174,13 +179,17 @@ class SSEProvider(ABC):
                 response.close()
 
     async def _open(self, body: dict[str, Any]) -> aiohttp.ClientResponse:
-        """POST the body; tool results may hold values JSON lacks (dates), sent as strings."""
+        """POST the body; tool results may hold values JSON lacks (dates), sent as strings.
+
+        Redirects are never followed: aiohttp would forward key headers other than
+        `Authorization` to the new host, and on 307/308 the whole prompt too."""
         return await self._session.post(
             self.endpoint(),
             data=json.dumps(body, ensure_ascii=False, default=str).encode(),
             headers={"Content-Type": "application/json", **self.headers()},
             params=self.query() or None,
             timeout=self._timeout,
+            allow_redirects=False,
             raise_for_status=False,
         )
 
