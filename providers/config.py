@@ -8,18 +8,24 @@ with pydantic's error, which names the field.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from yarl import URL
 
 from .anthropic import AnthropicProvider
+from .errors import REDACTED, looks_like_key, scrub
 from .gemini import GeminiProvider
 from .http import SSEProvider
 from .openai import OpenAIProvider
 
 ProviderKind = Literal["openai", "anthropic", "gemini"]
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SECRET_NAME = re.compile(r"key|token|secret|passw|auth|sig|cookie|credential", re.IGNORECASE)
 
 DEFAULT_BASE_URLS: dict[str, str] = {
     "openai": "https://api.openai.com/v1",
@@ -61,7 +67,12 @@ class ProviderConfig(BaseModel):
         if not isinstance(data, dict) or data.get("api_key") or not data.get("api_key_env"):
             return data
         name = data["api_key_env"]
-        value = os.environ.get(str(name), "")
+        if not isinstance(name, str) or not _ENV_NAME.match(name) or looks_like_key(name):
+            raise ValueError(
+                "api_key_env must name an environment variable (like OPENAI_API_KEY); the "
+                "value given is not a variable name and may be a key itself, so it is not shown"
+            )
+        value = os.environ.get(name, "")
         if not value:
             raise ValueError(f"api_key_env: environment variable {name!r} is not set or empty")
         return {**data, "api_key": value}
@@ -80,9 +91,34 @@ class ProviderConfig(BaseModel):
         return self.base_url or DEFAULT_BASE_URLS[self.kind]
 
     def secrets(self) -> tuple[str, ...]:
-        """The values that must never be shown: today, the API key."""
-        key = self.api_key.get_secret_value() if self.api_key else ""
-        return (key,) if key else ()
+        """The values that must never be shown: the API key, key-like query parameters and
+        headers (by name or by shape, with a `Bearer` token counted on its own), and any
+        credentials in the base URL."""
+        found: list[str] = []
+        if self.api_key and self.api_key.get_secret_value():
+            found.append(self.api_key.get_secret_value())
+        for name, value in (*self.query_params.items(), *self.extra_headers.items()):
+            if _SECRET_NAME.search(name) or looks_like_key(value):
+                found.append(value)
+                found.extend(part for part in value.split()[1:] if part)
+        if self.base_url:
+            url = URL(self.base_url)
+            found.extend(part for part in (url.password, url.user) if part)
+            found.extend(v for k, v in url.query.items() if _SECRET_NAME.search(k) or
+                         looks_like_key(v))
+        return tuple(dict.fromkeys(secret for secret in found if secret))
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        """What repr() and str() show: every field with the secrets scrubbed out."""
+        secrets = self.secrets()
+        for name, value in super().__repr_args__():
+            if isinstance(value, str):
+                value = REDACTED if name == "api_key_env" and looks_like_key(value) \
+                    else scrub(value, secrets)
+            elif isinstance(value, dict):
+                value = {k: scrub(v, secrets) if isinstance(v, str) else v
+                         for k, v in value.items()}
+            yield name, value
 
 
 _ADAPTERS: dict[str, type[SSEProvider]] = {

@@ -48,15 +48,83 @@ _CONTEXT_WORDING = re.compile(
     re.IGNORECASE,
 )
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
-_MESSAGE_LIMIT = 500
+MESSAGE_LIMIT = 500
+"""Characters of a provider's message kept in an error; the adapter cuts, after scrubbing."""
+
+
+_SHORTEST_PIECE = 4
+_KEY_PREFIXES = (
+    "sk-", "sk_", "pk_", "rk_", "AIza", "xai-", "gsk_", "ghp_", "gho_", "ghs_", "github_pat_",
+    "glpat-", "xoxb-", "xoxp-", "xapp-", "hf_", "eyJ", "Bearer ", "Basic ",
+)
+_RANDOM_RUN = re.compile(r"[A-Za-z0-9]{16,}")
+
+
+def looks_like_key(value: str) -> bool:
+    """A token shaped like a credential: a vendor's key prefix, or a long random-looking run
+    of letters and digits. Used to refuse echoing such a value back (S15)."""
+    value = value.strip()
+    if value.startswith(_KEY_PREFIXES) and len(value) >= 12:
+        return True
+    return any(
+        any(c.isdigit() for c in run) and any(c.isalpha() for c in run)
+        for run in _RANDOM_RUN.findall(value)
+    )
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
-    """Remove every secret from `text`: error bodies sometimes echo the request back."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, REDACTED)
+    """Remove every secret from `text`: error bodies sometimes echo the request back.
+
+    Whole secrets go first (longest first, so an overlapping shorter one cannot leave a
+    tail), then any piece of one that starts it and is at least four characters long: a
+    body cut before it reached us may end a secret early.
+    """
+    ordered = sorted({secret for secret in secrets if secret}, key=len, reverse=True)
+    for secret in ordered:
+        text = text.replace(secret, REDACTED)
+    for secret in ordered:
+        text = _scrub_pieces(text, secret)
     return text
+
+
+def cut_message(text: str, limit: int, secrets: Iterable[str]) -> str:
+    """`text` scrubbed, then cut to `limit` characters; a cut that ends in the start of a
+    secret (of any length) loses that start too. Always scrub before cutting: a secret
+    straddling the cut would otherwise leak its first characters."""
+    ordered = [secret for secret in secrets if secret]
+    text = scrub(text, ordered)
+    if len(text) <= limit:
+        return text
+    text = text[:limit]
+    for secret in ordered:
+        for length in range(min(len(secret), len(text)), 0, -1):
+            if text.endswith(secret[:length]):
+                text = text[: len(text) - length] + REDACTED
+                break
+    return text + "…"
+
+
+def _scrub_pieces(text: str, secret: str) -> str:
+    if len(secret) <= _SHORTEST_PIECE:
+        return text
+    head = secret[:_SHORTEST_PIECE]
+    out: list[str] = []
+    start = 0
+    found = text.find(head)
+    while found != -1:
+        length = _SHORTEST_PIECE
+        while (
+            length < len(secret)
+            and found + length < len(text)
+            and text[found + length] == secret[length]
+        ):
+            length += 1
+        out.append(text[start:found])
+        out.append(REDACTED)
+        start = found + length
+        found = text.find(head, start)
+    out.append(text[start:])
+    return "".join(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +170,7 @@ def http_error(
 ) -> ProviderError:
     """An error response (HTTP status >= 400), classified."""
     if details is None:
-        details = ErrorDetails(message=fallback.strip()[:_MESSAGE_LIMIT] or f"HTTP {status}")
+        details = ErrorDetails(message=fallback.strip() or f"HTTP {status}")
     return _classify("http", status, details, retry_after_header(headers))
 
 
@@ -155,7 +223,7 @@ def retry_after_header(headers: Mapping[str, str]) -> float | None:
 def _classify(
     kind: ErrorKind, status: int | None, details: ErrorDetails, header_delay: float | None
 ) -> ProviderError:
-    message = details.message[:_MESSAGE_LIMIT]
+    message = details.message
     type_ = details.type if details.type is not None else _status_word(status)
     words = {type_, details.code_text}
     if _is_quota(status, words, message, details.quota_ids):

@@ -29,7 +29,14 @@ import aiohttp
 
 from fsm.engine.provider import AbortSignal, KeepAlive, PassRequest, ProviderError, ProviderEvent
 
-from .errors import error_details, http_error, redirect_error, scrub, stream_error
+from .errors import (
+    MESSAGE_LIMIT,
+    cut_message,
+    error_details,
+    http_error,
+    redirect_error,
+    stream_error,
+)
 from .sse import SSEComment, SSEEvent, SSEItem, SSEParser
 
 if TYPE_CHECKING:
@@ -38,6 +45,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _ERROR_BODY_LIMIT = 64 * 1024
+_TYPE_LIMIT = 100
 
 
 class StreamDecoder(Protocol):
@@ -252,8 +260,8 @@ class SSEProvider(ABC):
         secrets = self.config.secrets()
         return dataclasses.replace(
             error,
-            message=scrub(error.message, secrets),
-            type=None if error.type is None else scrub(error.type, secrets),
+            message=cut_message(error.message, MESSAGE_LIMIT, secrets),
+            type=None if error.type is None else cut_message(error.type, _TYPE_LIMIT, secrets),
         )
 
 
