@@ -50,8 +50,8 @@ def check_invariants(played: Any) -> None:
     if run is not None:
         assert run.worker is None or run.worker.done()
         assert run.abort.fired and run.deadline is None and run.kill_handle is None
-    assert turn._tool_task is None and turn._tool_deadline is None
-    assert turn._restart_task is None or turn._restart_task.done()
+    assert not turn._tools.busy() and turn._tools.deadline is None
+    assert not turn._restarts.busy()
     lock = turn.lock
     assert lock.stream_kill is None and lock.turn_kill is None
     assert lock.released and len(played.locks) == 0

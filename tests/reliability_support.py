@@ -714,7 +714,7 @@ def check_handles_cleared(turn: Turn) -> None:
     run = turn._run
     if run is not None:
         assert run.abort.fired and run.deadline is None and run.kill_handle is None
-    assert turn._tool_deadline is None
+    assert turn._tools.deadline is None
     assert turn.lock.stream_kill is None and turn.lock.turn_kill is None
     assert turn.lock.released and len(turn.locks) == 0
 

@@ -85,7 +85,7 @@ async def test_transitions_create_no_tasks() -> None:
         loop.set_task_factory(default_factory)
     assert len(played.transitions) == 7
     workers = [name for name in created if name != "Turn.run"]
-    assert workers == ["stream_worker", "Turn._tool_worker", "stream_worker"]
+    assert workers == ["stream_worker", "ToolRunner._worker", "stream_worker"]
 
 
 async def test_a_cancellation_inside_a_trigger_is_not_swallowed() -> None:

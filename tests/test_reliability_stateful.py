@@ -35,8 +35,9 @@ from fsm.engine.provider import (
     ToolCallRequest,
 )
 from fsm.engine.restart import METADATA_TAIL_DIRECTIVE
+from fsm.engine.restart_runner import already_sent_notice
 from fsm.engine.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
-from fsm.engine.turn import Turn, already_sent_notice
+from fsm.engine.turn import Turn
 from fsm.scenarios.format import HistoryMessage, Reaction, parse_scenario
 from fsm.scenarios.runner import run_virtual
 from fsm.scenarios.scripted import InMemoryChannel, history_items
@@ -763,9 +764,9 @@ class LiveTurn(RuleBasedStateMachine):
             elif model.state == ST:
                 assert turn._settle_deadline == model.deadline
             elif model.state == TC and model.tool is not None:
-                assert turn._tool_deadline == model.deadline
+                assert turn._tools.deadline == model.deadline
             elif model.state == CR:
-                assert turn._restart_deadline == model.deadline
+                assert turn._restarts.deadline == model.deadline
             assert not self.task.done()  # type: ignore[union-attr]
         else:
             self._check_end()

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator
+from typing import Protocol
 
-from .events import FirstToken, StreamCrashed, StreamEnded, StreamSettled
+from .channel import TurnChannel
+from .config import TurnConfig
+from .events import FirstToken, StreamCrashed, StreamEnded, StreamSettled, TurnEvent
+from .locks import ChannelLock, ChannelLockRegistry
+from .pass_run import PassRun
 from .provider import (
-    AbortSignal,
     Finish,
     KeepAlive,
-    PassRequest,
+    Provider,
     ProviderError,
     ProviderEvent,
     ReasoningDelta,
@@ -23,58 +25,36 @@ from .provider import (
     ToolCallRequest,
     Usage,
 )
-from .result import PassResult, TurnStatus
-
-if TYPE_CHECKING:
-    from .turn import Turn
+from .recording import InputRecorder
 
 log = logging.getLogger(__name__)
 
-
-TextSink = Callable[[tuple[float, str]], None]
-"""Takes `(seconds since the pass began, text)` for each content chunk of one pass."""
+__all__ = ["DeliveryTimeout", "PassHost", "stream_worker"]
 
 
-@dataclass(eq=False, slots=True)
-class PassRun:
-    """The live state of one pass (the seed's streaming context)."""
+class _Postbox(Protocol):
+    def post(self, event: TurnEvent) -> None: ...
 
-    no: int
-    request: PassRequest
-    abort: AbortSignal
-    started_at: float
-    deadline: float | None
-    record_text: TextSink | None = None
-    kill_handle: Callable[[str], None] | None = None
-    parts: list[str] = field(default_factory=list)
-    landed: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    tool_calls: list[ToolCallRequest] = field(default_factory=list)
-    usage: Usage | None = None
-    finish: str | None = None
-    error: ProviderError | None = None
-    got_token: bool = False
-    flushed: bool = False
-    closed: bool = False
-    aborted_at: float | None = None
-    worker: asyncio.Task[None] | None = None
+
+class PassHost(Protocol):
+    """What the stream worker needs from the turn it works for: the provider to call, the
+    channel to deliver into, the lock to touch, the budgets, the driver's mailbox and the
+    recorder. A protocol, so the worker does not depend on the driver's module."""
 
     @property
-    def text(self) -> str:
-        return "".join(self.parts)
-
-    def result(self, status: TurnStatus, include_landed: bool) -> PassResult:
-        text = self.text + ("".join(self.landed) if include_landed else "")
-        return PassResult(
-            index=self.no,
-            status=status,
-            text=text,
-            reasoning="".join(self.reasoning),
-            tool_calls=[call.name for call in self.tool_calls],
-            usage=self.usage.as_dict() if self.usage is not None else None,
-            finish_reason=self.finish,
-            error=self.error.as_dict() if self.error is not None else None,
-        )
+    def provider(self) -> Provider: ...
+    @property
+    def channel(self) -> TurnChannel: ...
+    @property
+    def locks(self) -> ChannelLockRegistry: ...
+    @property
+    def lock(self) -> ChannelLock: ...
+    @property
+    def config(self) -> TurnConfig: ...
+    @property
+    def mailbox(self) -> _Postbox: ...
+    @property
+    def recorder(self) -> InputRecorder | None: ...
 
 
 def _outcome(run: PassRun) -> str:
@@ -87,7 +67,7 @@ def _outcome(run: PassRun) -> str:
     return "completed"
 
 
-async def stream_worker(turn: Turn, run: PassRun) -> None:
+async def stream_worker(turn: PassHost, run: PassRun) -> None:
     """Drive the adapter's stream for `run`, posting events to `turn`'s mailbox.
 
     The content-chunk branch is the engine's hot path (BENCHMARKS.md F5): what it needs is
@@ -173,7 +153,7 @@ async def stream_worker(turn: Turn, run: PassRun) -> None:
     post(StreamEnded(run.no, outcome, run.error))
 
 
-async def _flush(turn: Turn, run: PassRun) -> None:
+async def _flush(turn: PassHost, run: PassRun) -> None:
     """The stream has ended: the model is done, so its inactivity timer stops (S15: only
     the engine's own inactivity timeout is a timeout), and the channel gets the delivery
     budget to send what the pass handed it — a Discord channel may be waiting out rate
@@ -204,7 +184,7 @@ async def _close(stream: object) -> None:
         log.warning("closing the provider stream failed: %s", type(exc).__name__)
 
 
-def _crashed(turn: Turn, run: PassRun, exc: BaseException, now: float) -> bool:
+def _crashed(turn: PassHost, run: PassRun, exc: BaseException, now: float) -> bool:
     """Report the failure at once (True); a stream that was aborted settles instead (S10)."""
     if run.abort.fired:
         return False
@@ -214,7 +194,7 @@ def _crashed(turn: Turn, run: PassRun, exc: BaseException, now: float) -> bool:
     return True
 
 
-async def _settled(turn: Turn, run: PassRun) -> None:
+async def _settled(turn: PassHost, run: PassRun) -> None:
     """The aborted stream has finished: whatever was on the wire has landed (S10). After a
     timeout the channel sends what the pass handed it — the text it still buffered and what
     landed since — within the driver's settle deadline, so it is in the delivered text a

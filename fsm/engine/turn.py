@@ -9,12 +9,8 @@ must be awaited (notices, look-ups) happens in the driver or a worker, never in 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import itertools
 import logging
-from collections import deque
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import events as ev
@@ -24,22 +20,20 @@ from .flags import TurnFlags
 from .locks import ChannelLock, ChannelLockRegistry
 from .machine import shared_machine
 from .mailbox import Mailbox
-from .metadata import (
-    LookupBudget,
-    LookupProgress,
-    annotate,
-    fetch_reactors,
-    neutralize,
-    tail_directive,
-)
+from .metadata import tail_directive
+from .pass_run import PassRun
 from .prefill import TurnRequest, build_pass_request
-from .provider import AbortSignal, HistoryEntry, PassRequest, Provider, ToolCallRequest
-from .restart import METADATA_TAIL_DIRECTIVE, RestartRequest, parse_restart, resolve_item
+from .provider import AbortSignal, HistoryEntry, PassRequest, Provider
+from .recording import InputRecorder
+from .restart import METADATA_TAIL_DIRECTIVE, RestartRequest
+from .restart_runner import RestartRunner, already_sent_notice, without_stash_key
 from .result import PassResult, TurnResult, TurnStatus
 from .stash import ContextStash
-from .stream_pass import PassRun, TextSink, stream_worker
+from .stream_pass import stream_worker
 from .table import CRASH_SOURCES, STREAM_STATES, TERMINAL, State
-from .tools import ToolContext, ToolRegistry, ToolResult
+from .tasks import spawn
+from .tool_runner import ToolRunner, Verdict
+from .tools import ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -57,35 +51,6 @@ class TurnObserver(Protocol):
     """Sees every transition as it happens (the demo's printer, the journal)."""
 
     def on_transition(self, turn: Turn, t: float, event: str, source: str, dest: str) -> None: ...
-
-
-class InputRecorder(Protocol):
-    """Records a live turn's inputs as they really arrive, so it can be replayed."""
-
-    def on_pass_start(self, pass_no: int) -> TextSink:
-        """Called as a pass begins; returns what records its content chunks."""
-        ...
-
-    def on_landed(self, pass_no: int, text: str) -> None: ...
-    def on_keepalive(self, pass_no: int, at: float) -> None: ...
-    def on_end(self, pass_no: int, at: float, outcome: str, run: PassRun,
-               flush_s: float = 0.0) -> None: ...
-    def on_raise(self, pass_no: int, at: float, error: BaseException) -> None: ...
-    def on_stall(self, pass_no: int, settles_after: float) -> None: ...
-    def on_tool(self, name: str, after: float, outcome: dict[str, Any]) -> None: ...
-    def on_event(self, at: float, event: dict[str, Any]) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class _PendingCall:
-    no: int
-    call: ToolCallRequest
-    started_at: float
-
-
-def _spawn(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-    """A worker task in a fresh context, so the machine's task bookkeeping does not leak."""
-    return asyncio.get_running_loop().create_task(coro, name=name, context=contextvars.Context())
 
 
 class Turn:
@@ -121,7 +86,7 @@ class Turn:
             max_bytes=self.config.stash_max_bytes,
         )
         self.observer = observer
-        self.recorder = recorder
+        self._recorder = recorder
         self.mailbox: Mailbox[ev.TurnEvent] = Mailbox()
 
         self.flags = TurnFlags()
@@ -155,22 +120,13 @@ class Turn:
         self._channel_mark = 0
         self._settle_deadline: float | None = None
         self._timeout_phase = "first_token"
-        self._calls: deque[ToolCallRequest] = deque()
-        self._call_seq = itertools.count(1)
-        self._current_call: _PendingCall | None = None
-        self._tool_task: asyncio.Task[None] | None = None
-        self._tool_abort: AbortSignal | None = None
-        self._tool_deadline: float | None = None
-        self._pre_tool_text = ""
-        self._restart: RestartRequest | None = None
-        self._restart_call: ToolCallRequest | None = None
-        self._restart_task: asyncio.Task[None] | None = None
-        self._restart_seq = itertools.count(1)
-        self._restart_no = 0
-        self._restart_deadline: float | None = None
-        self._lookups = LookupProgress()
-        self._abandoned: list[asyncio.Task[None]] = []
         self._still_working_sent = False
+        self._tools = ToolRunner(tools=self.tools, config=self.config, locks=locks, lock=lock,
+                                 mailbox=self.mailbox, recorder=recorder,
+                                 turn_id=self.turn_id, clock=self._now)
+        self._restarts = RestartRunner(config=self.config, channel=channel,
+                                       mailbox=self.mailbox, turn_id=self.turn_id,
+                                       clock=self._now)
 
     # ----------------------------------------------------------------- public API
 
@@ -196,8 +152,7 @@ class Turn:
         run = self._run
         if run is not None:
             run.abort.fire("kill")
-        if self._tool_abort is not None:
-            self._tool_abort.fire("kill")
+        self._tools.abort("kill")
         self.mailbox.post_urgent(ev.Kill(reason))
 
     def notify_follow_up(self) -> None:
@@ -207,6 +162,17 @@ class Turn:
         if self.recorder is not None and self._loop is not None:
             self.recorder.on_event(self._loop.time() - self._t0, {"follow_up": True})
         self.mailbox.post(ev.FollowUp())
+
+    @property
+    def recorder(self) -> InputRecorder | None:
+        """What records this turn's inputs; may be attached after construction (a
+        generation turn attaches one per attempt), so the tool runner follows it."""
+        return self._recorder
+
+    @recorder.setter
+    def recorder(self, value: InputRecorder | None) -> None:
+        self._recorder = value
+        self._tools.recorder = value
 
     @property
     def elapsed(self) -> float:
@@ -275,11 +241,12 @@ class Turn:
                 # already waiting at the same instant (S3, S17).
                 await asyncio.sleep(0)
             return
-        if state == State.TOOL_CALL.value and self._current_call is None:
-            await self._dispatch_next_call()
+        if state == State.TOOL_CALL.value and self._tools.current is None:
+            await self._fire_verdict(self._tools.dispatch(self.channel, self.flags, self.stash,
+                                                          self.context_items))
             return
-        if state == State.CONTEXT_RESTART.value and self._restart_task is None:
-            await self._begin_restart()
+        if state == State.CONTEXT_RESTART.value and not self._restarts.started:
+            await self._fire_verdict(self._restarts.begin(self.context_items, self.stash))
             return
         deadline = self._deadline()
         event = await self.mailbox.get(deadline)
@@ -316,10 +283,15 @@ class Turn:
         if state == State.SETTLING.value:
             return self._settle_deadline
         if state == State.TOOL_CALL.value:
-            return self._tool_deadline
+            return self._tools.deadline
         if state == State.CONTEXT_RESTART.value:
-            return self._restart_deadline
+            return self._restarts.deadline
         return None
+
+    async def _fire_verdict(self, verdict: Verdict | None) -> None:
+        """Fire what a runner decided, if it decided anything yet."""
+        if verdict is not None:
+            await self._fire(*verdict)
 
     async def _fire(self, trigger: str, payload: Any = None, at: float | None = None) -> bool:
         """Fire `trigger`, journal the transition, then do the awaited follow-up work."""
@@ -382,9 +354,10 @@ class Turn:
         elif state == State.SETTLING.value:
             await self._fire("settle_timeout", at=deadline)
         elif state == State.TOOL_CALL.value:
-            await self._tool_timed_out(deadline)
+            await self._fire("tool_timeout", self._tools.timed_out(deadline), at=deadline)
         elif state == State.CONTEXT_RESTART.value:
-            await self._restart_timed_out(deadline)
+            await self._fire("restart", self._restarts.timed_out(self.context_items),
+                             at=deadline)
 
     async def _on_event(self, event: ev.TurnEvent) -> None:
         run = self._run
@@ -409,12 +382,9 @@ class Turn:
             if run is not None and event.pass_no == run.no and self.state == "Settling":
                 await self._fire("settled", event)
         elif isinstance(event, ev.ToolFinished):
-            current = self._current_call
-            if current is not None and event.call_no == current.no:
-                self._tool_task = None
-                await self._on_tool_result(current, event.result)
+            await self._fire_verdict(self._tools.finished(event))
         elif isinstance(event, ev.RestartReady):
-            if event.restart_no == self._restart_no and self.state == "ContextRestart":
+            if self._restarts.ready(event) and self.state == "ContextRestart":
                 await self._fire("restart", event.payload)
         elif isinstance(event, ev.WorkerCrashed):
             await self._fail(event.error)
@@ -429,7 +399,7 @@ class Turn:
         return self.lock.follow_up_interrupts < self.locks.max_follow_up_interrupts
 
     def calls_pending(self, _payload: Any = None) -> bool:
-        return bool(self._calls)
+        return self._tools.has_queued()
 
     def error_cap_reached(self, payload: Any = None) -> bool:
         failed = isinstance(payload, ToolResult) and not payload.success
@@ -467,7 +437,7 @@ class Turn:
             self._outbox.append(Notice.of("still_working"))
         if self.recorder is not None:
             run.record_text = self.recorder.on_pass_start(pass_no)
-        run.worker = _spawn(stream_worker(self, run), f"{self.turn_id}-pass-{pass_no}")
+        run.worker = spawn(stream_worker(self, run), f"{self.turn_id}-pass-{pass_no}")
 
     def on_first_token(self, _payload: Any = None) -> None:
         """From here a timeout is an idle timeout; the worker already re-armed the deadline
@@ -522,8 +492,7 @@ class Turn:
         """Keep the pre-tool text for the call's history entry (T7) and queue the calls."""
         run = self._run
         assert run is not None
-        self._pre_tool_text = run.text
-        self._calls = deque(run.tool_calls)
+        self._tools.queue(run.tool_calls, run.text)
         self._close_pass("function_call", include_landed=False)
 
     def on_follow_up(self, _payload: Any = None) -> None:
@@ -540,12 +509,12 @@ class Turn:
 
     def on_tool_outcome(self, payload: Any = None) -> None:
         """Record a tool's outcome on the history and the error count (T5-T7)."""
-        current = self._current_call
-        assert current is not None and isinstance(payload, ToolResult)
-        call = current.call
+        assert isinstance(payload, ToolResult)
+        call = self._tools.settle_current().call
         self.function_history.append(HistoryEntry(
             tool_name=call.name, arguments=call.arguments, result=payload.for_model(),
-            call_id=call.id, pre_tool_text=self._take_pre_tool_text(), success=payload.success,
+            call_id=call.id, pre_tool_text=self._tools.take_pre_tool_text(),
+            success=payload.success,
         ))
         if payload.success:
             self.consecutive_tool_errors = 0
@@ -553,40 +522,31 @@ class Turn:
                                           "result": payload.for_model()})
         else:
             self.consecutive_tool_errors += 1
-        self._current_call = None
-        self._tool_deadline = None
         if self.state == State.DONE.value:
             self.status = "error"
             self.error = f"{self.consecutive_tool_errors} consecutive tool failures"
             self._outbox.append(Notice.of("tool_error_loop"))
 
-    def _take_pre_tool_text(self) -> str:
-        text, self._pre_tool_text = self._pre_tool_text, ""
-        return text
-
     def on_restart_requested(self, payload: Any = None) -> None:
         """No ordinary history entry for the restart call (R1); with drafting on, the review
         log keeps the call and its result (R10)."""
-        current = self._current_call
-        assert current is not None and isinstance(payload, tuple)
+        assert isinstance(payload, tuple)
         result, restart = payload
-        self._restart = restart
-        self._restart_call = current.call
-        self._current_call = None
-        self._tool_deadline = None
-        self._calls.clear()
-        pre_tool_text = self._take_pre_tool_text()
+        call = self._tools.settle_current().call
+        self._tools.drop_queued()
+        self._restarts.requested(restart, call)
+        pre_tool_text = self._tools.take_pre_tool_text()
         if self.config.drafting:
-            self.review_log.append({"call": current.call.name,
-                                    "arguments": current.call.arguments,
-                                    "result": _without_stash_key(result.for_model()),
+            self.review_log.append({"call": call.name,
+                                    "arguments": call.arguments,
+                                    "result": without_stash_key(result.for_model()),
                                     "pre_tool_text": pre_tool_text})
         elif pre_tool_text:
             self.turn_notices.append(already_sent_notice(pre_tool_text))
 
     def on_restart(self, payload: Any = None) -> None:
         """Apply the enrichment, set its flag, reset the error counters (R6-R9)."""
-        restart = self._restart
+        restart: RestartRequest | None = self._restarts.pending
         assert restart is not None
         if restart.kind == "message_metadata":
             items, lookups = payload if isinstance(payload, tuple) else (None, 0)
@@ -601,19 +561,14 @@ class Turn:
         if restart.enrichment is not None:
             self.flags.disable(restart.enrichment)
         self.consecutive_tool_errors = 0
-        if self.config.drafting and self._restart_call is not None:
-            self.review_log.append({"continuation": f"[System: {self._restart_call.name} "
+        call = self._restarts.call
+        if self.config.drafting and call is not None:
+            self.review_log.append({"continuation": f"[System: {call.name} "
                                                     "added context; continue the reply.]"})
-        self._restart = None
-        self._restart_call = None
-        self._restart_task = None
-        self._restart_deadline = None
+        self._restarts.applied()
 
     def on_kill(self, _payload: Any = None) -> None:
-        current = self._current_call
-        if current is not None and self._tool_task is not None and self.recorder is not None:
-            self.recorder.on_tool(current.call.name, self._now() - current.started_at,
-                                  {"hang": True})
+        self._tools.record_killed()
         self._stop(include_landed=False)
 
     def _stop(self, include_landed: bool) -> None:
@@ -665,145 +620,6 @@ class Turn:
             log.warning("turn %s: the channel could not drop unsent text: %s",
                         self.turn_id, type(exc).__name__)
 
-    # ----------------------------------------------------------------- tools
-
-    async def _dispatch_next_call(self) -> None:
-        """Run the next queued call, or refuse it without running (T2, T4, R8)."""
-        call = self._calls.popleft()
-        pending = _PendingCall(no=next(self._call_seq), call=call, started_at=self._now())
-        self._current_call = pending
-        if not call.name:
-            await self._fire("nameless_call")
-            return
-        refusal = self._refusal(call)
-        if refusal is not None:
-            await self._on_tool_result(pending, ToolResult.fail(refusal))
-            return
-        tool = self.tools.get(call.name)
-        assert tool is not None
-        args = self.tools.parse_args(tool, call.arguments)
-        if isinstance(args, str):
-            if self.recorder is not None:
-                self.recorder.on_tool(call.name, 0.0, {"refused": args})
-            await self._on_tool_result(pending, ToolResult.fail(args))
-            return
-        abort = AbortSignal()
-        self._tool_abort = abort
-        self._tool_deadline = pending.started_at + self.config.tool_timeout_s
-        ctx = ToolContext(channel=self.channel, flags=self.flags, abort=abort, stash=self.stash,
-                          turn_id=self.turn_id, context_items=self.context_items)
-        self._tool_task = _spawn(self._tool_worker(pending, tool.run, args, ctx),
-                                 f"{self.turn_id}-tool-{pending.no}")
-
-    def _refusal(self, call: ToolCallRequest) -> str | None:
-        if call.truncated:
-            return (f"the arguments of {call.name} were cut off by the provider (output limit "
-                    "reached), so the call was not run; call it again with complete arguments")
-        return self.tools.refusal(call.name, self.flags)
-
-    async def _tool_worker(
-        self,
-        pending: _PendingCall,
-        run: Callable[[Any, ToolContext], Coroutine[Any, Any, ToolResult]],
-        args: Any,
-        ctx: ToolContext,
-    ) -> None:
-        """Run one tool under the watchdog; its exceptions become failed results."""
-        name = pending.call.name
-        try:
-            with self.locks.watchdog(self.lock):
-                result = await run(args, ctx)
-            if not isinstance(result, ToolResult):
-                result = ToolResult.fail(f"{name} returned {type(result).__name__}, "
-                                         "not a tool result")
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("tool %s raised %s", name, type(exc).__name__)
-            result = ToolResult.fail(f"{name} failed: {type(exc).__name__}: {exc}")
-            if self.recorder is not None:
-                self.recorder.on_tool(name, self._now() - pending.started_at,
-                                      {"raise": str(exc)})
-        else:
-            if self.recorder is not None:
-                self.recorder.on_tool(name, self._now() - pending.started_at,
-                                      _recorded_outcome(result))
-        self.tools.remember(name, result)
-        self.mailbox.post(ev.ToolFinished(pending.no, result))
-
-    async def _on_tool_result(self, pending: _PendingCall, result: ToolResult) -> None:
-        self._tool_abort = None
-        restart = parse_restart(pending.call.name, result.data) if result.success else None
-        if restart is not None:
-            await self._fire("restart_requested", (result, restart))
-        else:
-            await self._fire("tool_result", result)
-
-    async def _tool_timed_out(self, deadline: float) -> None:
-        """The tool's own timeout: a failed result the model sees (T5)."""
-        current = self._current_call
-        assert current is not None
-        task, self._tool_task = self._tool_task, None
-        if self._tool_abort is not None:
-            self._tool_abort.fire("timeout")
-            self._tool_abort = None
-        if task is not None:
-            task.cancel()
-            self._abandoned.append(task)
-        if self.recorder is not None:
-            self.recorder.on_tool(current.call.name, deadline - current.started_at,
-                                  {"hang": True})
-        result = ToolResult.fail(
-            f"{current.call.name} timed out after {self.config.tool_timeout_s:g} s")
-        await self._fire("tool_timeout", result, at=deadline)
-
-    # ----------------------------------------------------------------- restarts
-
-    async def _begin_restart(self) -> None:
-        restart = self._restart
-        assert restart is not None
-        self._restart_no = next(self._restart_seq)
-        if restart.kind == "message_metadata":
-            self._restart_deadline = self._now() + self.config.tool_timeout_s
-            self._lookups = LookupProgress()
-            self._restart_task = _spawn(self._metadata_worker(self._restart_no, self._lookups),
-                                        f"{self.turn_id}-metadata")
-            return
-        item = resolve_item(restart, self.stash)
-        self._restart_task = None
-        await self._fire("restart", item)
-
-    async def _restart_timed_out(self, deadline: float) -> None:
-        """Reactor look-ups that never answer do not hold the turn: past the tool budget
-        the reveal goes on with the names found so far and reaction counts for the rest,
-        the calls made counted (R6)."""
-        task, self._restart_task = self._restart_task, None
-        if task is not None:
-            task.cancel()
-            self._abandoned.append(task)
-        log.warning("turn %s: reactor look-ups timed out; revealing with what was found",
-                    self.turn_id)
-        found = self._lookups
-        items = annotate(self.context_items, found.reactors, self.config.metadata_recent_messages)
-        await self._fire("restart", (items, found.lookups), at=deadline)
-
-    async def _metadata_worker(self, restart_no: int, progress: LookupProgress) -> None:
-        """Reactor look-ups (sequential REST calls, bounded) and the annotated items (R6)."""
-        cfg = self.config
-        budget = LookupBudget(per_turn=cfg.reactor_lookups_per_turn,
-                              per_message=cfg.reactor_lookups_per_message,
-                              per_reaction=cfg.reactors_per_reaction)
-        try:
-            reactors, lookups = await fetch_reactors(self.context_items, self.channel, budget,
-                                                     cfg.metadata_recent_messages, progress)
-            items = annotate(self.context_items, reactors, cfg.metadata_recent_messages)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.mailbox.post(ev.WorkerCrashed(exc))
-            return
-        self.mailbox.post(ev.RestartReady(restart_no, (items, lookups)))
-
     # ----------------------------------------------------------------- cleanup
 
     async def _cleanup(self) -> None:
@@ -812,12 +628,9 @@ class Turn:
         self._end_pass()
         if self._run is not None and not self._run.flushed:
             self._discard_unsent()
-        tasks = [t for t in (self._tool_task, self._restart_task) if t is not None]
-        tasks += self._abandoned
+        tasks = self._tools.release() + self._restarts.release()
         if self._run is not None and self._run.worker is not None:
             tasks.append(self._run.worker)
-        if self._tool_abort is not None:
-            self._tool_abort.fire("turn ended")
         for task in tasks:
             if not task.done():
                 task.cancel()
@@ -827,9 +640,6 @@ class Turn:
             for task in still:
                 log.warning("turn %s: worker %s ignores cancellation; abandoned",
                             self.turn_id, task.get_name())
-        self._tool_task = None
-        self._restart_task = None
-        self._tool_deadline = None
         self.locks.clear_stream_kill(self.lock)
         if self.lock.turn_kill == self.request_stop:
             self.lock.turn_kill = None
@@ -840,25 +650,3 @@ def _channel_delivered(channel: TurnChannel) -> str | None:
     """The channel's record of the text it actually delivered, if it keeps one."""
     text = getattr(channel, "delivered_text", None)
     return text if isinstance(text, str) else None
-
-
-def _without_stash_key(result: dict[str, Any]) -> dict[str, Any]:
-    """A result as the review log keeps it: the live stash key is a one-time random token
-    that means nothing once drained (R4), so it is not kept."""
-    data = result.get("data")
-    if isinstance(data, dict) and "pending_context_key" in data:
-        return {**result, "data": {**data, "pending_context_key": "<stashed>"}}
-    return result
-
-
-def already_sent_notice(text: str) -> str:
-    """Visible text streamed before a restart call, which has no history entry to carry it
-    (R10, drafting off): the next passes are told it was sent, so it is not repeated (T7)."""
-    return f"[System: this reply already began with the text below; continue it without " \
-           f"repeating it.]\n{neutralize(text)}"
-
-
-def _recorded_outcome(result: ToolResult) -> dict[str, Any]:
-    if result.success:
-        return {"success": True, "data": result.data}
-    return {"success": False, "error": result.error}

@@ -1,0 +1,145 @@
+"""The restart half of the loop (R1-R10): the restart a tool asked for, resolving its item
+from either transport, and the message-metadata reveal's reactor look-ups under their budget.
+
+Like the tool runner it never fires a trigger: the driver asks it what to fire. Its worker
+(the look-ups) posts to the driver's mailbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from .channel import TurnChannel
+from .config import TurnConfig
+from .events import RestartReady, TurnEvent, WorkerCrashed
+from .mailbox import Mailbox
+from .metadata import LookupBudget, LookupProgress, annotate, fetch_reactors, neutralize
+from .provider import ToolCallRequest
+from .restart import RestartRequest, resolve_item
+from .stash import ContextStash
+from .tasks import spawn
+from .tool_runner import Verdict
+
+log = logging.getLogger(__name__)
+
+
+class RestartRunner:
+    """Holds the restart between the request and its application, and runs its look-ups."""
+
+    def __init__(
+        self,
+        *,
+        config: TurnConfig,
+        channel: TurnChannel,
+        mailbox: Mailbox[TurnEvent],
+        turn_id: str,
+        clock: Callable[[], float],
+    ) -> None:
+        self._config = config
+        self._channel = channel
+        self._mailbox = mailbox
+        self._turn_id = turn_id
+        self._clock = clock
+        self._seq = itertools.count(1)
+        self._no = 0
+        self._lookups = LookupProgress()
+        self._task: asyncio.Task[None] | None = None
+        self._abandoned: list[asyncio.Task[None]] = []
+        self.pending: RestartRequest | None = None
+        self.call: ToolCallRequest | None = None
+        self.deadline: float | None = None
+        self.started = False
+
+    def busy(self) -> bool:
+        """Reactor look-ups are still running (none may outlive the turn, S14)."""
+        return self._task is not None and not self._task.done()
+
+    def requested(self, restart: RestartRequest, call: ToolCallRequest) -> None:
+        self.pending = restart
+        self.call = call
+        self.started = False
+
+    def begin(self, context_items: list[dict[str, Any]], stash: ContextStash) -> Verdict | None:
+        """Resolve the item (R2-R5), or start the reactor look-ups of a metadata reveal (R6).
+        Returns what to fire now, or None when the look-ups started."""
+        restart = self.pending
+        assert restart is not None
+        self.started = True
+        self._no = next(self._seq)
+        if restart.kind == "message_metadata":
+            self.deadline = self._clock() + self._config.tool_timeout_s
+            self._lookups = LookupProgress()
+            self._task = spawn(self._metadata_worker(self._no, self._lookups, context_items),
+                               f"{self._turn_id}-metadata")
+            return None
+        return ("restart", resolve_item(restart, stash))
+
+    def ready(self, event: RestartReady) -> bool:
+        """The look-ups' result belongs to the restart running now."""
+        return event.restart_no == self._no
+
+    def timed_out(self, context_items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+        """Reactor look-ups that never answer do not hold the turn: past the tool budget
+        the reveal goes on with the names found so far and reaction counts for the rest,
+        the calls made counted (R6)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            self._abandoned.append(task)
+        log.warning("turn %s: reactor look-ups timed out; revealing with what was found",
+                    self._turn_id)
+        found = self._lookups
+        items = annotate(context_items, found.reactors, self._config.metadata_recent_messages)
+        return items, found.lookups
+
+    async def _metadata_worker(self, restart_no: int, progress: LookupProgress,
+                               context_items: list[dict[str, Any]]) -> None:
+        """Reactor look-ups (sequential REST calls, bounded) and the annotated items (R6)."""
+        cfg = self._config
+        budget = LookupBudget(per_turn=cfg.reactor_lookups_per_turn,
+                              per_message=cfg.reactor_lookups_per_message,
+                              per_reaction=cfg.reactors_per_reaction)
+        try:
+            reactors, lookups = await fetch_reactors(context_items, self._channel, budget,
+                                                     cfg.metadata_recent_messages, progress)
+            items = annotate(context_items, reactors, cfg.metadata_recent_messages)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._mailbox.post(WorkerCrashed(exc))
+            return
+        self._mailbox.post(RestartReady(restart_no, (items, lookups)))
+
+    def applied(self) -> None:
+        """The restart edge was taken: nothing of this restart stays."""
+        self.pending = None
+        self.call = None
+        self._task = None
+        self.deadline = None
+        self.started = False
+
+    def release(self) -> list[asyncio.Task[None]]:
+        """The turn ends: every look-up worker to cancel and wait for."""
+        tasks = [t for t in (self._task,) if t is not None] + self._abandoned
+        self._task = None
+        return tasks
+
+
+def without_stash_key(result: dict[str, Any]) -> dict[str, Any]:
+    """A result as the review log keeps it: the live stash key is a one-time random token
+    that means nothing once drained (R4), so it is not kept."""
+    data = result.get("data")
+    if isinstance(data, dict) and "pending_context_key" in data:
+        return {**result, "data": {**data, "pending_context_key": "<stashed>"}}
+    return result
+
+
+def already_sent_notice(text: str) -> str:
+    """Visible text streamed before a restart call, which has no history entry to carry it
+    (R10, drafting off): the next passes are told it was sent, so it is not repeated (T7)."""
+    return f"[System: this reply already began with the text below; continue it without " \
+           f"repeating it.]\n{neutralize(text)}"

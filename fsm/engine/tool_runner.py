@@ -1,0 +1,237 @@
+"""The tool half of the loop (T2-T7): the calls a pass asked for, the one running, its worker,
+timeout and abort.
+
+The runner never fires a trigger: the driver asks it what to do next and fires what it is
+told (only the driver fires triggers). Its worker runs one tool under the lock's watchdog and
+posts the result to the driver's mailbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from .channel import TurnChannel
+from .config import TurnConfig
+from .events import ToolFinished, TurnEvent
+from .flags import TurnFlags
+from .locks import ChannelLock, ChannelLockRegistry
+from .mailbox import Mailbox
+from .provider import AbortSignal, ToolCallRequest
+from .recording import InputRecorder
+from .restart import parse_restart
+from .stash import ContextStash
+from .tasks import spawn
+from .tools import ToolContext, ToolRegistry, ToolResult
+
+log = logging.getLogger(__name__)
+
+Verdict = tuple[str, Any]
+"""A trigger for the driver to fire and its payload."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """The call being run (or refused): its number tells a late result from a current one."""
+
+    no: int
+    call: ToolCallRequest
+    started_at: float
+
+
+class ToolRunner:
+    """Runs a pass's tool calls one at a time, each under its own timeout and the kill."""
+
+    def __init__(
+        self,
+        *,
+        tools: ToolRegistry,
+        config: TurnConfig,
+        locks: ChannelLockRegistry,
+        lock: ChannelLock,
+        mailbox: Mailbox[TurnEvent],
+        recorder: InputRecorder | None,
+        turn_id: str,
+        clock: Callable[[], float],
+    ) -> None:
+        self._tools = tools
+        self._config = config
+        self._locks = locks
+        self._lock = lock
+        self._mailbox = mailbox
+        self.recorder = recorder
+        self._turn_id = turn_id
+        self._clock = clock
+        self._calls: deque[ToolCallRequest] = deque()
+        self._seq = itertools.count(1)
+        self._pre_tool_text = ""
+        self.current: PendingCall | None = None
+        self.deadline: float | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._abort: AbortSignal | None = None
+        self._abandoned: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------- the calls of a pass
+
+    def queue(self, calls: list[ToolCallRequest], pre_tool_text: str) -> None:
+        """The pass asked for `calls`; its visible text goes on the first entry (T7)."""
+        self._calls = deque(calls)
+        self._pre_tool_text = pre_tool_text
+
+    def has_queued(self) -> bool:
+        return bool(self._calls)
+
+    def busy(self) -> bool:
+        """A tool worker is still running (none may outlive the turn, S14)."""
+        return self._task is not None and not self._task.done()
+
+    def drop_queued(self) -> None:
+        self._calls.clear()
+
+    def take_pre_tool_text(self) -> str:
+        text, self._pre_tool_text = self._pre_tool_text, ""
+        return text
+
+    def settle_current(self) -> PendingCall:
+        """The current call's outcome is recorded: no call runs until the next dispatch."""
+        current = self.current
+        assert current is not None
+        self.current = None
+        self.deadline = None
+        return current
+
+    # ------------------------------------------------------------- running one call
+
+    def dispatch(self, channel: TurnChannel, flags: TurnFlags, stash: ContextStash,
+                 context_items: list[dict[str, Any]]) -> Verdict | None:
+        """Run the next queued call, or refuse it without running (T2, T4, R8). Returns what
+        to fire now, or None when a worker started."""
+        call = self._calls.popleft()
+        pending = PendingCall(no=next(self._seq), call=call, started_at=self._clock())
+        self.current = pending
+        if not call.name:
+            return ("nameless_call", None)
+        refusal = self._refusal(call, flags)
+        if refusal is not None:
+            return self.verdict(ToolResult.fail(refusal))
+        tool = self._tools.get(call.name)
+        assert tool is not None
+        args = self._tools.parse_args(tool, call.arguments)
+        if isinstance(args, str):
+            if self.recorder is not None:
+                self.recorder.on_tool(call.name, 0.0, {"refused": args})
+            return self.verdict(ToolResult.fail(args))
+        abort = AbortSignal()
+        self._abort = abort
+        self.deadline = pending.started_at + self._config.tool_timeout_s
+        ctx = ToolContext(channel=channel, flags=flags, abort=abort, stash=stash,
+                          turn_id=self._turn_id, context_items=context_items)
+        self._task = spawn(self._worker(pending, tool.run, args, ctx),
+                           f"{self._turn_id}-tool-{pending.no}")
+        return None
+
+    def _refusal(self, call: ToolCallRequest, flags: TurnFlags) -> str | None:
+        if call.truncated:
+            return (f"the arguments of {call.name} were cut off by the provider (output limit "
+                    "reached), so the call was not run; call it again with complete arguments")
+        return self._tools.refusal(call.name, flags)
+
+    async def _worker(
+        self,
+        pending: PendingCall,
+        run: Callable[[Any, ToolContext], Coroutine[Any, Any, ToolResult]],
+        args: Any,
+        ctx: ToolContext,
+    ) -> None:
+        """Run one tool under the watchdog; its exceptions become failed results."""
+        name = pending.call.name
+        recorder = self.recorder
+        try:
+            with self._locks.watchdog(self._lock):
+                result = await run(args, ctx)
+            if not isinstance(result, ToolResult):
+                result = ToolResult.fail(f"{name} returned {type(result).__name__}, "
+                                         "not a tool result")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("tool %s raised %s", name, type(exc).__name__)
+            result = ToolResult.fail(f"{name} failed: {type(exc).__name__}: {exc}")
+            if recorder is not None:
+                recorder.on_tool(name, self._clock() - pending.started_at, {"raise": str(exc)})
+        else:
+            if recorder is not None:
+                recorder.on_tool(name, self._clock() - pending.started_at,
+                                 _recorded_outcome(result))
+        self._tools.remember(name, result)
+        self._mailbox.post(ToolFinished(pending.no, result))
+
+    def finished(self, event: ToolFinished) -> Verdict | None:
+        """The worker's result, if it is the current call's (a late one is ignored)."""
+        current = self.current
+        if current is None or event.call_no != current.no:
+            return None
+        self._task = None
+        return self.verdict(event.result)
+
+    def verdict(self, result: ToolResult) -> Verdict:
+        """A successful result asking for a restart is a restart request (R1); any other is
+        an ordinary tool result."""
+        current = self.current
+        assert current is not None
+        self._abort = None
+        restart = parse_restart(current.call.name, result.data) if result.success else None
+        if restart is not None:
+            return ("restart_requested", (result, restart))
+        return ("tool_result", result)
+
+    def timed_out(self, deadline: float) -> ToolResult:
+        """The tool's own timeout: a failed result the model sees (T5); the worker is
+        cancelled and awaited at cleanup."""
+        current = self.current
+        assert current is not None
+        task, self._task = self._task, None
+        if self._abort is not None:
+            self._abort.fire("timeout")
+            self._abort = None
+        if task is not None:
+            task.cancel()
+            self._abandoned.append(task)
+        if self.recorder is not None:
+            self.recorder.on_tool(current.call.name, deadline - current.started_at,
+                                   {"hang": True})
+        return ToolResult.fail(
+            f"{current.call.name} timed out after {self._config.tool_timeout_s:g} s")
+
+    # ------------------------------------------------------------- kill and cleanup
+
+    def abort(self, reason: str) -> None:
+        """The kill reaches a running tool through its abort signal (T5)."""
+        if self._abort is not None:
+            self._abort.fire(reason)
+
+    def record_killed(self) -> None:
+        """A kill while a tool runs: the journal records the tool as hanging until then."""
+        current = self.current
+        if current is not None and self._task is not None and self.recorder is not None:
+            self.recorder.on_tool(current.call.name, self._clock() - current.started_at,
+                                   {"hang": True})
+
+    def release(self) -> list[asyncio.Task[None]]:
+        """The turn ends: abort the running tool and hand back every worker to wait for."""
+        self.abort("turn ended")
+        tasks = [t for t in (self._task,) if t is not None] + self._abandoned
+        self._task = None
+        self.deadline = None
+        return tasks
+
+
+def _recorded_outcome(result: ToolResult) -> dict[str, Any]:
+    if result.success:
+        return {"success": True, "data": result.data}
+    return {"success": False, "error": result.error}
