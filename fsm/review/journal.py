@@ -18,7 +18,7 @@ from typing import Any
 from ..engine.config import TurnConfig
 from ..engine.prefill import TurnRequest
 from ..engine.stash import ContextStash
-from ..engine.stream_pass import PassRun, TextSink
+from ..engine.pass_run import PassRun, TextSink
 from ..engine.tools import ToolRegistry
 
 
