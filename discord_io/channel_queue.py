@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from fsm.engine.locks import ChannelLock, ChannelLockRegistry
 
@@ -32,7 +32,9 @@ STOPPING_TEXT = "I'm stopping the current reply here; please send that again in 
 
 M = TypeVar("M")
 
-SubmitStatus = Literal["started", "queued", "full", "stopping"]
+SubmitStatus = Literal["started", "queued", "full", "stopping", "duplicate", "unavailable"]
+"""`duplicate` (a second delivery of one message) and `unavailable` (the shared queue cannot
+be reached) come from the Redis backend only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,40 +144,10 @@ class ChannelQueue(Generic[M]):
             if not queue and self._queues.get(channel_id) is queue:
                 del self._queues[channel_id]
 
-    async def _acquire(self, channel_id: str, owner: str) -> ChannelLock:
-        """The channel's lock, waiting for a holder from outside this queue to release it."""
-        while True:
-            lock = self._registry.try_acquire(channel_id, owner)
-            if lock is not None:
-                return lock
-            holder = self._registry.get(channel_id)
-            if holder is None:
-                continue
-            freed = asyncio.Event()
-            holder.listeners.append(_setter(freed))
-            await freed.wait()
-
     async def _run_one(self, channel_id: str, message: M) -> None:
-        lock = await self._acquire(channel_id, self._owner_of(message))
-        released = asyncio.Event()
-        lock.listeners.append(_setter(released))
-        turn = asyncio.create_task(self._guarded(channel_id, message, lock))
-        watcher = asyncio.create_task(released.wait())
-        try:
-            await asyncio.wait({turn, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if not turn.done():
-                # Released under the turn: by the stale sweeper (which fired the turn's kill)
-                # or by the turn itself on its way out. Let it finish, else cancel it.
-                await asyncio.wait({turn}, timeout=self.stale_grace_s)
-            if not turn.done():
-                log.warning("channel %s: turn outlived its lock; cancelling it", channel_id)
-                turn.cancel()
-                await asyncio.wait({turn}, timeout=self.stale_grace_s)
-        finally:
-            watcher.cancel()
-            if not turn.done():
-                turn.cancel()
-            self._registry.release(lock)
+        lock = await acquire_lock(self._registry, channel_id, self._owner_of(message))
+        await run_supervised(self._registry, lock, lambda: self._guarded(channel_id, message, lock),
+                             self.stale_grace_s)
 
     async def _guarded(self, channel_id: str, message: M, lock: ChannelLock) -> None:
         try:
@@ -184,3 +156,43 @@ class ChannelQueue(Generic[M]):
             raise
         except Exception:
             log.exception("channel %s: turn failed", channel_id)
+
+
+async def acquire_lock(registry: ChannelLockRegistry, channel_id: str, owner: str) -> ChannelLock:
+    """The channel's lock, waiting for a holder from outside this queue to release it."""
+    while True:
+        lock = registry.try_acquire(channel_id, owner)
+        if lock is not None:
+            return lock
+        holder = registry.get(channel_id)
+        if holder is None:
+            continue
+        freed = asyncio.Event()
+        holder.listeners.append(_setter(freed))
+        await freed.wait()
+
+
+async def run_supervised(registry: ChannelLockRegistry, lock: ChannelLock,
+                         run: Callable[[], Coroutine[Any, Any, None]],
+                         stale_grace_s: float) -> None:
+    """Run one turn under `lock` and release the lock however the turn ends. When the lock is
+    released under the turn, the turn gets `stale_grace_s` to unwind, then is cancelled."""
+    released = asyncio.Event()
+    lock.listeners.append(_setter(released))
+    turn = asyncio.create_task(run())
+    watcher = asyncio.create_task(released.wait())
+    try:
+        await asyncio.wait({turn, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if not turn.done():
+            # Released under the turn: by the stale sweeper (which fired the turn's kill)
+            # or by the turn itself on its way out. Let it finish, else cancel it.
+            await asyncio.wait({turn}, timeout=stale_grace_s)
+        if not turn.done():
+            log.warning("channel %s: turn outlived its lock; cancelling it", lock.channel_id)
+            turn.cancel()
+            await asyncio.wait({turn}, timeout=stale_grace_s)
+    finally:
+        watcher.cancel()
+        if not turn.done():
+            turn.cancel()
+        registry.release(lock)

@@ -1,0 +1,31 @@
+"""The Redis connection of a worker, from one URL, and the server setting it relies on."""
+
+from __future__ import annotations
+
+import logging
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+REQUIRED_EVICTION_POLICY = "noeviction"
+
+
+def connect(url: str) -> Redis:
+    """A client for `url` (`redis://`, `rediss://` or `unix://`); connects lazily."""
+    return Redis.from_url(url, health_check_interval=30)
+
+
+async def check_server(redis: Redis) -> str | None:
+    """A warning when the server may evict keys (a lease or queue evicted under memory
+    pressure would break one turn per channel); None when it is configured as needed."""
+    try:
+        config = await redis.config_get("maxmemory-policy")
+    except RedisError:
+        return None  # managed services may refuse CONFIG; docs/redis.md says what to set
+    policy = str(config.get("maxmemory-policy", ""))
+    if policy != REQUIRED_EVICTION_POLICY:
+        return (f"Redis maxmemory-policy is {policy!r}; set it to {REQUIRED_EVICTION_POLICY!r} "
+                "so leases and queues are never evicted")
+    return None
