@@ -1,12 +1,16 @@
 """The /kill slash command (D3): stop the channel's running turn and clear its queue.
 
 It only flips flags and empties a queue, both synchronous, so the ephemeral answer goes out
-at once, well inside Discord's 3 s interaction window; the turn unwinds on its own.
+at once, well inside Discord's 3 s interaction window; the turn unwinds on its own. Not
+everyone may use it: the person whose message is being answered, members with Manage
+Messages in the channel, and members of the roles an operator names (`KillPermission`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import discord
@@ -20,8 +24,32 @@ KILL_NAME = "kill"
 KILL_DESCRIPTION = "Stop the bot's reply in this channel and drop its queued messages."
 
 
+NOT_ALLOWED_TEXT = (
+    "Only the person this reply answers, or members who can manage messages here, can stop it."
+)
+
+
 class QueueClearer(Protocol):
     def clear(self, channel_id: str) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class KillPermission:
+    """Who may /kill in a channel. `requester_of(channel_id)` names the user whose message
+    the running reply answers (None when nothing runs)."""
+
+    requester_of: Callable[[str], int | None]
+    roles: Collection[int] = ()
+
+    def allows(self, interaction: discord.Interaction, channel_id: str) -> bool:
+        user = interaction.user
+        if user.id == self.requester_of(channel_id):
+            return True
+        if interaction.guild_id is None:
+            return True  # a DM has one user besides the bot
+        if interaction.permissions.manage_messages:
+            return True
+        return any(role.id in self.roles for role in getattr(user, "roles", ()))
 
 
 def kill_reply(running: bool, dropped: int) -> str:
@@ -34,14 +62,22 @@ def kill_reply(running: bool, dropped: int) -> str:
 
 
 def make_kill_command(
-    registry: ChannelLockRegistry, queue: QueueClearer
+    registry: ChannelLockRegistry, queue: QueueClearer,
+    permission: KillPermission | None = None,
 ) -> app_commands.Command[Any, ..., None]:
+    """/kill; without `permission` anyone may use it (tests of the engine's kill path)."""
+
     @app_commands.command(name=KILL_NAME, description=KILL_DESCRIPTION)
     async def kill(interaction: discord.Interaction) -> None:
         if interaction.channel_id is None:
             await interaction.response.send_message("No channel to stop.", ephemeral=True)
             return
         channel_id = str(interaction.channel_id)
+        if permission is not None and not permission.allows(interaction, channel_id):
+            log.info("/kill by %s in channel %s refused: not permitted",
+                     interaction.user.id, channel_id)
+            await interaction.response.send_message(NOT_ALLOWED_TEXT, ephemeral=True)
+            return
         running = registry.request_stop(channel_id)
         dropped = queue.clear(channel_id)
         log.info(
@@ -57,9 +93,10 @@ def make_kill_command(
 
 
 def install_kill_command(
-    tree: app_commands.CommandTree[Any], registry: ChannelLockRegistry, queue: QueueClearer
+    tree: app_commands.CommandTree[Any], registry: ChannelLockRegistry, queue: QueueClearer,
+    permission: KillPermission | None = None,
 ) -> app_commands.Command[Any, ..., None]:
     """Add /kill to `tree` (sync the tree afterwards to register it with Discord)."""
-    command = make_kill_command(registry, queue)
+    command = make_kill_command(registry, queue, permission)
     tree.add_command(command)
     return command

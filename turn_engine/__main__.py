@@ -1,35 +1,49 @@
 """The main job: the Discord bot when a token and a provider are configured, a terminal chat
-when only a provider is, otherwise the engine's built-in turns."""
+when only a provider is, otherwise the engine's built-in turns.
+
+Every way it can refuse to start ends in one line per problem on stderr (`error: ...`) and
+exit status 2 for the configuration, 1 for Discord; never a traceback.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 from pathlib import Path
 
+from .logging_setup import setup_logging
 from .settings import ConfigurationError, load_settings
+from .startup import StartupError
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("transitions").setLevel(logging.WARNING)
+    setup_logging()
     try:
         settings = load_settings()
     except ConfigurationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
         return 2
-    if settings.discord_token is not None and settings.provider is not None:
-        from .bot import run_bot
+    setup_logging(settings.log.level, settings.log.library_level, secrets=settings.secrets())
+    try:
+        if settings.discord_token is not None:
+            from .bot import run_bot
 
-        return run_bot(settings)
-    if settings.provider is not None:
-        from .chat import chat
+            return run_bot(settings)
+        if settings.provider is not None:
+            from .chat import chat
 
-        return asyncio.run(chat(settings))
+            return asyncio.run(chat(settings))
+    except ConfigurationError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    except StartupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     from fsm.scenarios.demo import main as demo
 
-    return demo(Path(settings.journal_dir))
+    return demo(Path(settings.journals.dir))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """The Discord bot: gateway messages in, the engine's generation turn out.
 
-A message the bot should answer (mention, reply, DM, trigger word) goes to the channel's
-queue; one turn per channel runs at a time (D4). Each turn streams into a `DiscordChannel`
-(D1, D2) under a typing indicator with one owner, sees the tools of the bot with the turn's
-flags (R8), and is journaled so it can be replayed. `/kill` stops the channel's turn and
-clears its queue (D3); a follow-up from the same user may interrupt a stream (S17).
+A message the bot should answer (mention, reply, DM, trigger word) and the operator's access
+lists allow goes to the channel's queue; one turn per channel runs at a time (D4). Each turn
+sees the history its policy picks, never the messages queued behind it, streams into a
+`DiscordChannel` (D1, D2) under a typing indicator with one owner, sees the tools of the bot
+with the turn's flags (R8), and is journaled so it can be replayed. `/kill` stops the
+channel's turn and clears its queue (D3), for those allowed to; a follow-up from the same user
+may interrupt a stream (S17). On SIGTERM or Ctrl-C the bot stops admitting, kills its running
+turns (which keeps what they delivered), writes their journals and closes (`shutdown`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +23,18 @@ import aiohttp
 import discord
 from discord import app_commands
 
-from discord_io.admission import AdmissionPolicy, should_reply
+from discord_io.admission import AccessPolicy, AdmissionPolicy, facts_of, should_reply, user_allowed
+from discord_io.attachments import AttachmentPolicy, AttachmentReader
 from discord_io.channel_queue import ChannelQueue
 from discord_io.delivery import DiscordChannel
 from discord_io.enrichment_tools import EnrichmentTools, discord_avatar_lookup
-from discord_io.history import dialogue_items, recent_messages
-from discord_io.kill_command import install_kill_command
+from discord_io.history import (
+    HistoryPolicy,
+    dialogue_items,
+    select_history,
+    within_budget,
+)
+from discord_io.kill_command import KillPermission, install_kill_command
 from discord_io.media_fetch import MediaFetcher
 from discord_io.stale_sweeper import StaleLockSweeper
 from discord_io.typing_indicator import TypingIndicator
@@ -36,13 +45,20 @@ from fsm.engine.prefill import TurnRequest
 from fsm.engine.stash import ContextStash
 from fsm.engine.tools import Tool, ToolRegistry
 from fsm.engine.turn import Turn
-from fsm.review.journal import JournalRecorder, journal_document, write_journal
+from fsm.review.journal import JournalRecorder
 from providers import build_provider
 
 from .gc_tuning import tune_gc
-from .settings import AppSettings
+from .journals import JournalStore
+from .persona import Persona
+from .settings import AppSettings, ConfigurationError, JournalSettings, ToolSettings
+from .shutdown import StopRequest
+from .startup import StartupError, describe_failure, invite_url
+from .turn_log import log_turn_end
 
 log = logging.getLogger(__name__)
+
+SystemPrompt = str | Callable[[], str]
 
 
 class TurnBot:
@@ -54,21 +70,31 @@ class TurnBot:
         attempts: Sequence[Attempt],
         *,
         config: TurnConfig | None = None,
-        system_prompt: str = "",
+        system_prompt: SystemPrompt = "",
         trigger_words: Sequence[str] = (),
         queue_limit: int = 10,
         history_limit: int = 20,
+        history: HistoryPolicy | None = None,
+        access: AccessPolicy | None = None,
+        kill_roles: Sequence[int] = (),
+        attachments: AttachmentReader | None = None,
         tools: Sequence[Tool] = (),
         journal_dir: Path | None = None,
+        journals: JournalStore | None = None,
         recent_results: int = 100,
     ) -> None:
         self.client = client
         self.attempts = list(attempts)
         self.config = config if config is not None else TurnConfig()
         self.system_prompt = system_prompt
-        self.policy = AdmissionPolicy(trigger_words=tuple(trigger_words))
-        self.history_limit = history_limit
-        self.journal_dir = journal_dir
+        access = access if access is not None else AccessPolicy()
+        self.policy = AdmissionPolicy(trigger_words=tuple(trigger_words), access=access)
+        self.history = history if history is not None else HistoryPolicy(
+            max_messages=history_limit)
+        self.attachments = attachments
+        if journals is None and journal_dir is not None:
+            journals = JournalStore(JournalSettings(dir=str(journal_dir), max_files=None))
+        self.journals = journals
         self.locks = ChannelLockRegistry(
             stale_age_s=self.config.stale_lock_age_s,
             max_follow_up_interrupts=self.config.max_follow_up_interrupts,
@@ -83,11 +109,16 @@ class TurnBot:
                                   max_items=self.config.stash_max_items,
                                   max_bytes=self.config.stash_max_bytes)
         self.tree: app_commands.CommandTree[discord.Client] = app_commands.CommandTree(client)
-        install_kill_command(self.tree, self.locks, self.queue)
+        self.kill_permission = KillPermission(self._requester, roles=frozenset(kill_roles))
+        install_kill_command(self.tree, self.locks, self.queue, self.kill_permission)
         self.current: dict[str, tuple[Turn, int]] = {}
-        self.chain_interrupts: dict[str, int] = {}
+        self.requesters: dict[str, int] = {}
+        """Whose message each channel's running turn answers (from before its history read)."""
         self.results: deque[GenerationResult] = deque(maxlen=recent_results)
         """The last turns' results, for an operator's look: bounded, the bot runs for weeks."""
+        self.stopping = False
+        self._channels: set[str] = set()
+        """Channels that have had a turn: where shutdown looks for running ones."""
 
     @property
     def bot_id(self) -> int:
@@ -102,17 +133,50 @@ class TurnBot:
 
     async def start(self) -> None:
         self.sweeper.start()
-        await self.tree.sync()
+        try:
+            await self.tree.sync()
+        except discord.HTTPException as exc:
+            log.warning("/kill could not be registered with Discord (HTTP %s): %s",
+                        exc.status, exc.text or "no detail")
+        if self.client.application_id is not None:
+            log.info("invite the bot with: %s", invite_url(self.client.application_id))
 
     async def aclose(self) -> None:
         await self.sweeper.stop()
         await self.queue.aclose()
 
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop admitting, drop the queues, kill the running turns (they keep what they
+        delivered and write their journals), wait up to `grace_s` for them, then close."""
+        self.stopping = True
+        dropped = 0
+        for channel_id in sorted(self._channels):
+            dropped += self.queue.clear(channel_id)
+            self.locks.request_stop(channel_id)
+        busy = [c for c in sorted(self._channels) if self.queue.busy(c)]
+        log.info("shutting down: %d running turn(s) stopped, %d queued message(s) dropped",
+                 len(busy), dropped)
+        if busy:
+            joined = asyncio.gather(*(self.queue.join(c) for c in busy))
+            try:
+                await asyncio.wait_for(joined, grace_s)
+            except TimeoutError:
+                log.warning("turns still running after %.0f s; cancelling them", grace_s)
+        await self.aclose()
+
+    def _requester(self, channel_id: str) -> int | None:
+        return self.requesters.get(channel_id)
+
     async def on_message(self, message: discord.Message) -> None:
+        if self.stopping:
+            return
         admission = should_reply(message, self.bot_id, self.policy)
         if not admission.reply:
+            if admission.reason in ("dms_off", "user_not_allowed", "channel_not_allowed"):
+                log.debug("message %s not answered: %s", message.id, admission.reason)
             return
         channel_id = str(message.channel.id)
+        self._channels.add(channel_id)
         submission = self.queue.submit(channel_id, message)
         if submission.refusal is not None:
             try:
@@ -128,14 +192,20 @@ class TurnBot:
         if running is not None and running[1] == message.author.id:
             running[0].notify_follow_up()
 
+    def _prompt(self) -> str:
+        return self.system_prompt() if callable(self.system_prompt) else self.system_prompt
+
     async def run_turn(self, message: discord.Message, lock: ChannelLock) -> None:
         """One queued message, answered as one generation turn."""
         channel_id = str(message.channel.id)
+        started = asyncio.get_running_loop().time()
         typing = TypingIndicator.for_channel(self.client, message.channel.id)
         channel = DiscordChannel(self.client, message.channel.id, reply_to=message.id,
-                                 typing=typing)
+                                 typing=typing,
+                                 max_messages=self.config.max_delivered_messages)
         turns: list[tuple[Turn, JournalRecorder]] = []
         items: list[dict[str, Any]] = []
+        result: GenerationResult | None = None
 
         def on_attempt(turn: Turn) -> None:
             self.current[channel_id] = (turn, message.author.id)
@@ -144,35 +214,79 @@ class TurnBot:
             turn.recorder = recorder
             turns.append((turn, recorder))
 
-        lock.follow_up_interrupts = self.chain_interrupts.get(channel_id, 0)
+        self.requesters[channel_id] = message.author.id
         typing.start()
         try:
-            history = await self._read_history(message, lock)
-            items[:] = dialogue_items(history, bot_user_id=self.bot_id,
-                                      limit=self.history_limit)
-            request = TurnRequest(context_items=items, system_prompt=self.system_prompt,
+            items[:] = await self._killable(lock, self._context(message), default=[])
+            request = TurnRequest(context_items=items, system_prompt=self._prompt(),
                                   trigger_message_id=str(message.id), queued=True,
                                   owner=self.client.user.name if self.client.user else "bot")
             result = await run_generation_turn(
                 self.attempts, channel=channel, locks=self.locks, lock=lock, request=request,
                 config=self.config, tools=self.tools, stash=self.stash, on_attempt=on_attempt)
             self.results.append(result)
-            log.info("channel %s: turn ended %s", channel_id, result.status)
         finally:
             self._carry_interrupts(channel_id, lock)
             self.current.pop(channel_id, None)
+            self.requesters.pop(channel_id, None)
             await typing.stop()
             await channel.aclose()
             self._write_journals(turns, items_of=message)
+            log_turn_end(log, channel_id, str(message.id), result,
+                         asyncio.get_running_loop().time() - started)
 
-    async def _read_history(self, message: discord.Message, lock: ChannelLock
-                            ) -> list[discord.Message]:
-        """The channel's recent messages. The engine turn is not running yet, so the lock's
-        kill cancels the read (D3): after /kill the turn starts without history and stops at
-        once in Preparing; after a stale release it is abandoned."""
-        read = asyncio.create_task(recent_messages(message.channel,
-                                                   limit=self.history_limit + 1, before=None),
-                                   name=f"history:{message.channel.id}")
+    async def _context(self, message: discord.Message) -> list[dict[str, Any]]:
+        """The dialogue the model sees: the policy's messages, minus those waiting for a turn
+        of their own (D4), within the budget, with the uploads it may see."""
+        channel_id = str(message.channel.id)
+        waiting = len(self.queue.pending(channel_id))
+        picked = await select_history(message, self.history, excluded=self._excluded(message),
+                                      waiting=waiting)
+        items = dialogue_items(picked, bot_user_id=self.bot_id,
+                               limit=self.history.max_messages,
+                               max_chars=self.history.max_message_chars)
+        by_id = {str(m.id): m for m in picked}
+        if self.attachments is not None:
+            for item in items:
+                source = by_id.get(item["message_id"])
+                texts = [(a.filename, await self.attachments.text_of(a))
+                         for a in (source.attachments if source is not None else ())]
+                for name, text in texts:
+                    if text is not None:
+                        item["content"] += f"\n<file {name}>\n{text}\n</file>"
+        items = within_budget(items, self.history.max_chars, keep_id=str(message.id))
+        if self.attachments is not None:
+            kept = {item["message_id"] for item in items}
+            shown = [message, *_referenced_in(message, picked)]
+            image_item = await self.attachments.image_item(
+                m for m in shown if str(m.id) in kept)
+            if image_item is not None:
+                items.append(image_item)
+        return items
+
+    def _excluded(self, trigger: discord.Message) -> Callable[[discord.Message], bool]:
+        """Messages the turn answering `trigger` must not see: those queued behind it, any
+        later one addressed to the bot (it gets, or was refused, a turn of its own), and
+        those of users the access lists deny."""
+        channel_id = str(trigger.channel.id)
+
+        def excluded(candidate: discord.Message) -> bool:
+            if candidate.author.id == self.bot_id:
+                return False
+            if any(m.id == candidate.id for m in self.queue.pending(channel_id)):
+                return True
+            if candidate.id > trigger.id and should_reply(candidate, self.bot_id,
+                                                          self.policy).reply:
+                return True
+            return not user_allowed(facts_of(candidate, self.bot_id), self.policy.access)
+
+        return excluded
+
+    async def _killable(self, lock: ChannelLock, work: Any, default: Any) -> Any:
+        """Run `work` (the history read) so the lock's kill cancels it (D3): the engine turn
+        is not running yet, so after /kill the turn starts without history and stops at once
+        in Preparing; after a stale release it is abandoned."""
+        read = asyncio.create_task(work, name=f"history:{lock.channel_id}")
 
         def kill(_reason: str) -> None:
             read.cancel()
@@ -184,7 +298,7 @@ class TurnBot:
             current = asyncio.current_task()
             if not lock.stop_requested or lock.released or (current and current.cancelling()):
                 raise
-            return []
+            return default
         finally:
             if lock.turn_kill is kill:
                 lock.turn_kill = None
@@ -192,24 +306,32 @@ class TurnBot:
     def _carry_interrupts(self, channel_id: str, lock: ChannelLock) -> None:
         """Follow-up interrupts count against the cap for as long as the channel stays busy
         (S17: at most `max_follow_up_interrupts` per lock, and the queue takes a new lock for
-        each message); an idle channel starts again from zero."""
-        if self.queue.pending(channel_id):
-            self.chain_interrupts[channel_id] = lock.follow_up_interrupts
-        else:
-            self.chain_interrupts.pop(channel_id, None)
+        each message); an idle channel starts again from zero, and so does one where /kill
+        cleared the queue, even during this turn's tail (the registry drops the count)."""
+        self.locks.carry_follow_up_interrupts(
+            lock, queued_next=bool(self.queue.pending(channel_id)))
 
     def _write_journals(self, turns: list[tuple[Turn, JournalRecorder]],
                         items_of: discord.Message) -> None:
-        if self.journal_dir is None:
+        if self.journals is None:
             return
         for turn, recorder in turns:
-            document = journal_document(recorder.scenario(), turn.transitions,
-                                        turn.result().as_dict())
-            path = self.journal_dir / f"{items_of.channel.id}-{items_of.id}-{turn.turn_id}.json"
-            try:
-                write_journal(path, document)
-            except OSError as exc:
-                log.warning("journal %s not written: %s", path.name, exc.strerror)
+            self.journals.write_turn(f"{items_of.channel.id}-{items_of.id}-{turn.turn_id}",
+                                     turn, recorder)
+
+
+def _referenced_in(message: discord.Message,
+                   picked: Sequence[discord.Message]) -> list[discord.Message]:
+    """The messages `message` replies to, as far as the history holds them, newest first."""
+    by_id = {m.id: m for m in picked}
+    chain: list[discord.Message] = []
+    current = message
+    while current.reference is not None and current.reference.message_id in by_id:
+        current = by_id[current.reference.message_id]
+        if current in chain:
+            break
+        chain.append(current)
+    return chain
 
 
 def scenario_history(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -230,37 +352,109 @@ def build_client() -> discord.Client:
     return discord.Client(intents=intents, allowed_mentions=discord.AllowedMentions.none())
 
 
+def select_tools(all_tools: Sequence[Tool], settings: ToolSettings) -> list[Tool]:
+    """The enrichment tools the operator left on; an unknown name in `allowed` is refused."""
+    if not settings.enabled:
+        return []
+    if settings.allowed is None:
+        return list(all_tools)
+    names = {tool.name for tool in all_tools}
+    unknown = sorted(set(settings.allowed) - names)
+    if unknown:
+        raise ConfigurationError([
+            f"tools.allowed (TURN_TOOLS__ALLOWED): no tool named {', '.join(unknown)} "
+            f"(the tools are {', '.join(sorted(names))})"])
+    return [tool for tool in all_tools if tool.name in settings.allowed]
+
+
+def build_bot(client: discord.Client, settings: AppSettings, session: aiohttp.ClientSession,
+              fetcher: MediaFetcher) -> TurnBot:
+    """The bot as the settings describe it."""
+    attempts = [Attempt(build_provider(config, session), f"{config.kind}:{config.model}")
+                for config in settings.attempts()]
+    tools = select_tools(EnrichmentTools(fetcher, discord_avatar_lookup(client)).tools(),
+                         settings.tools)
+    access = settings.access
+    a = settings.attachments
+    persona = Persona(settings.system_prompt, settings.system_prompt_file)
+    return TurnBot(
+        client, attempts, config=settings.engine, system_prompt=persona.system_prompt,
+        trigger_words=settings.trigger_words, queue_limit=settings.queue_limit,
+        history=HistoryPolicy(mode=settings.history.mode,
+                              max_messages=settings.history.max_messages,
+                              max_chars=settings.history.max_chars,
+                              max_message_chars=settings.history.max_message_chars),
+        access=AccessPolicy.of(
+            allow_dms=access.allow_dms, allowed_users=access.allowed_users,
+            blocked_users=access.blocked_users, allowed_roles=access.allowed_roles,
+            blocked_roles=access.blocked_roles, allowed_channels=access.allowed_channels,
+            blocked_channels=access.blocked_channels),
+        kill_roles=access.kill_roles,
+        attachments=AttachmentReader(fetcher, AttachmentPolicy(
+            vision=a.vision, max_images=a.max_images, max_image_bytes=a.max_image_bytes,
+            inline_text=a.inline_text, max_text_chars=a.max_text_chars)),
+        tools=tools, journals=JournalStore(settings.journals))
+
+
 def run_bot(settings: AppSettings) -> int:
-    """The real bot, until interrupted."""
-    assert settings.discord_token is not None
-    return asyncio.run(_serve(settings))
+    """The real bot, until SIGTERM or Ctrl-C."""
+    return asyncio.run(serve(settings))
 
 
-async def _serve(settings: AppSettings) -> int:
-    client = build_client()
+async def serve(settings: AppSettings, *, stop: StopRequest | None = None,
+                client: discord.Client | None = None) -> int:
+    """Log in, answer until asked to stop, shut down gracefully; 0 on a clean stop. A
+    start-up failure Discord explains raises `StartupError` with its one line."""
+    token = settings.discord_token
+    if token is None:
+        raise StartupError("TURN_DISCORD_TOKEN is not set")
+    client = client if client is not None else build_client()
+    stop = stop if stop is not None else StopRequest()
     fetcher = MediaFetcher()
-    async with aiohttp.ClientSession() as session:
-        attempts = [Attempt(build_provider(config, session), f"{config.kind}:{config.model}")
-                    for config in settings.attempts()]
-        tools = EnrichmentTools(fetcher, discord_avatar_lookup(client)).tools()
-        bot = TurnBot(client, attempts, config=settings.engine,
-                      system_prompt=settings.system_prompt,
-                      trigger_words=settings.trigger_words, queue_limit=settings.queue_limit,
-                      history_limit=settings.history_limit, tools=tools,
-                      journal_dir=Path(settings.journal_dir))
-        bot.attach()
-        tune_gc(settings.gc)
+    try:
+        async with aiohttp.ClientSession() as session:
+            bot = build_bot(client, settings, session, fetcher)
+            bot.attach()
+            tune_gc(settings.gc)
 
-        @client.event
-        async def setup_hook() -> None:
-            await bot.start()
+            async def setup_hook() -> None:
+                await bot.start()
 
-        token = settings.discord_token
-        assert token is not None
-        try:
-            await client.start(token.get_secret_value())
-        finally:
-            await bot.aclose()
-            await fetcher.aclose()
+            client.setup_hook = setup_hook  # type: ignore[method-assign]
+            with stop.installed():
+                running = asyncio.create_task(client.start(token.get_secret_value()),
+                                              name="discord-client")
+                stopped = asyncio.create_task(stop.wait(), name="stop-request")
+                await asyncio.wait({running, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                stopped.cancel()
+                if running.done():
+                    await bot.aclose()
+                    _raise_startup_failure(running)
+                    return 0
+                await bot.shutdown(settings.shutdown_grace_s)
+                await client.close()
+                await asyncio.wait({running}, timeout=settings.shutdown_grace_s)
+                if not running.done():
+                    running.cancel()
+                    await asyncio.wait({running})
+                elif not running.cancelled() and running.exception() is not None:
+                    log.info("client ended with %s while stopping",
+                             type(running.exception()).__name__)
+    finally:
+        await fetcher.aclose()
+        if not client.is_closed():
             await client.close()
+    log.info("stopped")
     return 0
+
+
+def _raise_startup_failure(task: asyncio.Task[None]) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is None:
+        return
+    line = describe_failure(exc)
+    if line is None:
+        raise exc
+    raise StartupError(line) from None

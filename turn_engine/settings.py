@@ -1,27 +1,131 @@
-"""The operator's configuration, from the environment or a `.env` file.
+"""The operator's configuration: a TOML file, the environment and a `.env` file.
 
 Every variable starts with `TURN_`; nested fields use `__` (for example
 `TURN_ENGINE__IDLE_TIMEOUT_S=90`), and a provider may be given whole as JSON
 (`TURN_PROVIDER='{"kind": "openai", "base_url": "http://127.0.0.1:11434/v1", "model": "llama3"}'`).
-A provider's key is read from the variable its `api_key_env` names, so no key needs to sit in
-this configuration. An invalid value stops start-up with a message naming the field; secrets
-are never echoed.
+The same settings can sit in a TOML file (`turn.toml` in the working directory, or the file
+`TURN_CONFIG_FILE` names) with one table per group; a variable overrides the file. A provider's
+key is read from the variable its `api_key_env` names, in the environment or in `.env`, so no
+key needs to sit in this configuration. Settings are read once, at start-up; the persona file
+is the one thing re-read (when it changes), see `persona.py`.
+
+A mistake stops start-up with one line per problem naming the setting and what was expected:
+a value of the wrong type, a misspelt name ("did you mean"), JSON that does not parse, an
+unreadable file. Secrets are never echoed.
 """
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import contextvars
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+from dotenv import dotenv_values
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from fsm.engine.config import TurnConfig
 from providers import ProviderConfig
 
 from .gc_tuning import GcSettings
+from .setting_names import PREFIX, env_name, unknown_keys, unknown_names
+
+DEFAULT_CONFIG_FILE = "turn.toml"
+DEFAULT_ENV_FILE = ".env"
+DEFAULT_SYSTEM_PROMPT = "You are a friendly, concise assistant in a Discord server."
+
+_FILE_DATA: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
+    "turn_settings_file_data", default=MappingProxyType({}))
+_DOTENV: contextvars.ContextVar[Mapping[str, str | None]] = contextvars.ContextVar(
+    "turn_settings_dotenv", default=MappingProxyType({}))
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AccessSettings(_Group):
+    """Who the bot answers, where. Ids are Discord snowflakes; a deny list wins over an allow
+    list, and an empty allow list allows everyone."""
+
+    allowed_users: list[int] = Field(default_factory=list)
+    blocked_users: list[int] = Field(default_factory=list)
+    allowed_roles: list[int] = Field(default_factory=list)
+    blocked_roles: list[int] = Field(default_factory=list)
+    allowed_channels: list[int] = Field(default_factory=list)
+    """A thread is allowed when its parent channel or category is listed."""
+    blocked_channels: list[int] = Field(default_factory=list)
+    allow_dms: bool = True
+    kill_roles: list[int] = Field(default_factory=list)
+    """Roles whose members may /kill any reply; the requester of the running reply and
+    members with Manage Messages always may."""
+
+
+class HistorySettings(_Group):
+    """What the model sees of the channel: the last messages, or the reply chain of the
+    message it answers, within a character budget (about 4 characters a token)."""
+
+    mode: Literal["recent", "reply_chain"] = "recent"
+    max_messages: int = Field(default=20, ge=1, le=100)
+    max_chars: int = Field(default=24_000, ge=100)
+    """All messages together; the oldest go first, the message answered always stays."""
+    max_message_chars: int = Field(default=4000, ge=50)
+
+
+class AttachmentSettings(_Group):
+    """Uploads in the messages the model sees."""
+
+    vision: bool = False
+    """Images reach the model as image parts (set it for vision models); off, the model sees
+    a placeholder naming the file."""
+    max_images: int = Field(default=4, ge=0, le=16)
+    max_image_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    inline_text: bool = True
+    """Text files (`text/*`, JSON) are inlined, within `max_text_chars` each."""
+    max_text_chars: int = Field(default=8000, ge=0)
+
+
+class ToolSettings(_Group):
+    """The enrichment tools the model may call (profile pictures, GIFs, YouTube links,
+    message metadata). A local model without tool support needs `enabled = false`; a
+    provider can also turn tools off for itself alone (see docs/discord.md)."""
+
+    enabled: bool = True
+    allowed: list[str] | None = None
+    """Only these tools, by name; unset means all of them."""
+
+
+class JournalSettings(_Group):
+    """Every turn's journal (its inputs, the model's stream, its transitions). Journals hold
+    what users wrote: keep them only as long as you need them."""
+
+    enabled: bool = True
+    dir: str = "journals"
+    max_files: int | None = Field(default=1000, ge=1)
+    max_age_days: float | None = Field(default=None, gt=0)
+    max_bytes: int | None = Field(default=None, ge=1)
+
+
+class LogSettings(_Group):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    library_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+    """For discord.py, aiohttp and transitions, which are chatty at INFO."""
 
 
 class AppSettings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="TURN_", env_file=".env", env_file_encoding="utf-8",
+        env_prefix=PREFIX, env_file=DEFAULT_ENV_FILE, env_file_encoding="utf-8",
         env_nested_delimiter="__", extra="ignore", hide_input_in_errors=True,
     )
 
@@ -29,28 +133,154 @@ class AppSettings(BaseSettings):
     provider: ProviderConfig | None = None
     fallbacks: list[ProviderConfig] = Field(default_factory=list)
     engine: TurnConfig = Field(default_factory=TurnConfig)
-    system_prompt: str = "You are a friendly, concise assistant in a Discord server."
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    system_prompt_file: Path | None = None
+    """A persona file; `{date}` and `{time}` in it are filled in at each turn."""
     trigger_words: list[str] = Field(default_factory=list)
     queue_limit: int = Field(default=10, ge=1)
-    history_limit: int = Field(default=20, ge=1, le=100)
-    journal_dir: str = "journals"
+    access: AccessSettings = Field(default_factory=AccessSettings)
+    history: HistorySettings = Field(default_factory=HistorySettings)
+    attachments: AttachmentSettings = Field(default_factory=AttachmentSettings)
+    tools: ToolSettings = Field(default_factory=ToolSettings)
+    journals: JournalSettings = Field(default_factory=JournalSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
     gc: GcSettings = Field(default_factory=GcSettings)
+    shutdown_grace_s: float = Field(default=10.0, gt=0)
+    """How long running replies get to end after SIGTERM or Ctrl-C."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, then the environment, then `.env`, then the TOML file."""
+        file_settings = InitSettingsSource(settings_cls, init_kwargs=dict(_FILE_DATA.get()))
+        return init_settings, env_settings, dotenv_settings, file_settings
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys_from_dotenv(cls, data: Any) -> Any:
+        """`api_key_env` may name a variable of `.env`: the process environment does not
+        hold those (pydantic-settings reads `.env` only for `TURN_*` names)."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        if isinstance(out.get("provider"), dict):
+            out["provider"] = _with_dotenv_key(out["provider"])
+        if isinstance(out.get("fallbacks"), list):
+            out["fallbacks"] = [_with_dotenv_key(p) if isinstance(p, dict) else p
+                                for p in out["fallbacks"]]
+        return out
 
     def attempts(self) -> list[ProviderConfig]:
         """Primary first, then the fallbacks in order (G1)."""
         return ([self.provider] if self.provider is not None else []) + list(self.fallbacks)
 
+    def secrets(self) -> tuple[str, ...]:
+        """Every value that must never reach a log line: the token and the API keys."""
+        found = [self.discord_token.get_secret_value()] if self.discord_token else []
+        for config in self.attempts():
+            found.extend(config.secrets())
+        return tuple(secret for secret in found if secret)
+
+
+def _with_dotenv_key(provider: dict[str, Any]) -> dict[str, Any]:
+    name = provider.get("api_key_env")
+    if provider.get("api_key") or not isinstance(name, str) or os.environ.get(name):
+        return provider
+    value = _DOTENV.get().get(name)
+    return {**provider, "api_key": value} if value else provider
+
 
 class ConfigurationError(ValueError):
-    """A refused configuration; the message names each bad field and never its value."""
+    """A refused configuration: one line per problem, naming the setting, never its value."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
 
 
-def load_settings() -> AppSettings:
+def load_settings(config_file: str | Path | None = None,
+                  env_file: str | Path = DEFAULT_ENV_FILE) -> AppSettings:
+    """The settings, or a `ConfigurationError` listing every problem found."""
+    dotenv = _read_dotenv(Path(env_file))
+    path = _config_path(config_file, dotenv)
+    data = _read_config_file(path) if path is not None else {}
+    problems = unknown_names(AppSettings, [*os.environ, *dotenv])
+    problems += unknown_keys(AppSettings, data, f"{path}: " if path else "")
+    if problems:
+        raise ConfigurationError(problems)
+    file_token, dotenv_token = _FILE_DATA.set(data), _DOTENV.set(dotenv)
     try:
-        return AppSettings()
+        settings = AppSettings(_env_file=env_file)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ConfigurationError(f"invalid configuration: {problems}") from None
+        raise ConfigurationError([_validation_line(err) for err in exc.errors()]) from None
+    except SettingsError as exc:
+        raise ConfigurationError([_settings_error_line(exc)]) from None
+    finally:
+        _FILE_DATA.reset(file_token)
+        _DOTENV.reset(dotenv_token)
+    if settings.discord_token is not None and settings.provider is None:
+        raise ConfigurationError([
+            "TURN_PROVIDER: not set, and the bot needs a model to answer with "
+            "(TURN_DISCORD_TOKEN is set); see .env.example"])
+    return settings
+
+
+def _read_dotenv(path: Path) -> dict[str, str | None]:
+    if not path.is_file():
+        return {}
+    try:
+        return dict(dotenv_values(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError([f"{path}: cannot be read ({type(exc).__name__})"]) from None
+
+
+def _config_path(explicit: str | Path | None,
+                 dotenv: Mapping[str, str | None]) -> Path | None:
+    named = explicit or os.environ.get("TURN_CONFIG_FILE") or dotenv.get("TURN_CONFIG_FILE")
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise ConfigurationError([f"TURN_CONFIG_FILE: no file at {path}"])
+        return path
+    default = Path(DEFAULT_CONFIG_FILE)
+    return default if default.is_file() else None
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError([f"{path}: not valid TOML ({exc})"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError([f"{path}: cannot be read ({type(exc).__name__})"]) from None
+
+
+def _validation_line(error: Any) -> str:
+    loc = [str(part) for part in error["loc"]]
+    leading: list[str] = []
+    for part in error["loc"]:
+        if not isinstance(part, str):
+            break
+        leading.append(part)
+    dotted = ".".join(loc) or "settings"
+    variable = f" ({env_name(leading)})" if leading else ""
+    message = " ".join(str(error["msg"]).split())
+    return f"{dotted}{variable}: {message}"
+
+
+_SOURCE_FIELD = re.compile(r'field "([^"]+)"')
+
+
+def _settings_error_line(exc: SettingsError) -> str:
+    """pydantic-settings' own errors (a complex value that is not JSON) name the field in
+    prose; lift it out."""
+    match = _SOURCE_FIELD.search(str(exc))
+    field = match.group(1) if match else "settings"
+    return (f"{field} ({env_name(field.split('.'))}): not valid JSON; "
+            "expected a JSON object or list (see .env.example)")

@@ -1,0 +1,97 @@
+"""The names an operator may write, so a misspelt one is an error with a "did you mean".
+
+pydantic-settings silently ignores a `TURN_*` variable it does not know, which turns a typo
+(`TURN_ENGIN__IDLE_TIMEOUT_S`) into a default that was never asked for. The names are derived
+from the settings models themselves, so they cannot drift from them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+PREFIX = "TURN_"
+DELIMITER = "__"
+EXTRA_NAMES = frozenset({"TURN_CONFIG_FILE"})
+"""Read before the settings themselves (where the configuration file is)."""
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside `annotation` (`Model`, `Model | None`), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _model_of(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _is_mapping(annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_mapping(arg) for arg in typing.get_args(annotation))
+    return origin in (dict, Mapping) or annotation is dict
+
+
+def field_paths(model: type[BaseModel]) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """Every field path of `model` (nested models expanded), and the paths of mapping fields
+    under which any key is allowed."""
+    paths: list[tuple[str, ...]] = []
+    open_paths: list[tuple[str, ...]] = []
+    for name, info in model.model_fields.items():
+        paths.append((name,))
+        nested = _model_of(info.annotation)
+        if nested is not None:
+            sub_paths, sub_open = field_paths(nested)
+            paths.extend((name, *p) for p in sub_paths)
+            open_paths.extend((name, *p) for p in sub_open)
+        elif _is_mapping(info.annotation):
+            open_paths.append((name,))
+    return paths, open_paths
+
+
+def env_name(path: Iterable[str]) -> str:
+    return PREFIX + DELIMITER.join(part.upper() for part in path)
+
+
+def unknown_names(model: type[BaseModel], names: Iterable[str]) -> list[str]:
+    """One line per `TURN_*` name in `names` that `model` does not have, with the closest
+    known name when there is one."""
+    paths, open_paths = field_paths(model)
+    known = {env_name(p) for p in paths} | EXTRA_NAMES
+    open_prefixes = tuple(env_name(p) + DELIMITER for p in open_paths)
+    problems: list[str] = []
+    for raw in sorted(set(names)):
+        name = raw.upper()
+        if not name.startswith(PREFIX) or name in known or name.startswith(open_prefixes):
+            continue
+        problems.append(f"{raw}: not a setting{_suggestion(name, known)}")
+    return problems
+
+
+def unknown_keys(model: type[BaseModel], data: Mapping[str, Any], where: str) -> list[str]:
+    """The same check for a configuration file's tables and keys."""
+    problems: list[str] = []
+    fields = model.model_fields
+    for key, value in data.items():
+        info = fields.get(key)
+        if info is None:
+            hint = _suggestion(key, set(fields), prefix=where.rsplit(": ", 1)[-1])
+            problems.append(f"{where}{key}: not a setting{hint}")
+            continue
+        nested = _model_of(info.annotation)
+        if nested is not None and isinstance(value, Mapping):
+            problems.extend(unknown_keys(nested, value, f"{where}{key}."))
+    return problems
+
+
+def _suggestion(name: str, known: Iterable[str], prefix: str = "") -> str:
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""

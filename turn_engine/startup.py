@@ -1,0 +1,54 @@
+"""What the bot needs from Discord, and the one line it prints when Discord says no.
+
+`PERMISSIONS` is exactly the list docs/discord.md gives an operator (a test holds the two
+together); the invite URL printed at start-up asks for those and the two scopes the bot uses.
+`describe_failure` turns discord.py's start-up exceptions into one line that says what to do,
+instead of the traceback an operator would otherwise get.
+"""
+
+from __future__ import annotations
+
+import discord
+
+SCOPES = ("bot", "applications.commands")
+PERMISSIONS = discord.Permissions(
+    view_channel=True,
+    send_messages=True,
+    send_messages_in_threads=True,
+    read_message_history=True,
+    embed_links=True,
+    use_application_commands=True,
+)
+PORTAL = "https://discord.com/developers/applications"
+
+
+class StartupError(RuntimeError):
+    """Start-up failed for a reason the operator can fix; the message is the one line."""
+
+
+def invite_url(application_id: int) -> str:
+    return discord.utils.oauth_url(application_id, permissions=PERMISSIONS, scopes=SCOPES)
+
+
+def describe_failure(exc: BaseException) -> str | None:
+    """The line for a start-up failure, or None when it is not one we can explain."""
+    if isinstance(exc, discord.LoginFailure) or (
+            isinstance(exc, discord.ConnectionClosed) and exc.code == 4004):
+        return ("Discord rejected the token (401 Unauthorized): reset it in the Developer "
+                f"Portal ({PORTAL} → your application → Bot → Reset Token) and put the new "
+                "one in TURN_DISCORD_TOKEN")
+    if isinstance(exc, discord.PrivilegedIntentsRequired):
+        return ("Discord refused the gateway connection (4014, privileged intent not enabled): "
+                f"turn on Message Content Intent in the Developer Portal ({PORTAL} → your "
+                "application → Bot → Privileged Gateway Intents), then start again")
+    if isinstance(exc, discord.ConnectionClosed):
+        return (f"Discord closed the gateway connection (code {exc.code}): see "
+                "docs/discord.md, 'When it does not start'")
+    if isinstance(exc, discord.HTTPException):
+        return (f"Discord answered HTTP {exc.status} while logging in: try again in a few "
+                "minutes (https://discordstatus.com)")
+    if isinstance(exc, OSError | TimeoutError):
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        return (f"Discord is unreachable ({reason}): check this machine's network, DNS, "
+                "proxy or firewall for discord.com")
+    return None
