@@ -105,6 +105,8 @@ class Turn:
         self.error: str | None = None
         self.follow_up_queued = False
         self.stop_requested = False
+        self.stop_requested_at: float | None = None
+        """Seconds into the turn a stop was asked for: where kill latency counts from."""
         self.transitions: list[dict[str, Any]] = []
         self.internal_transitions: list[dict[str, Any]] = []
         self.state = State.PREPARING.value
@@ -147,6 +149,7 @@ class Turn:
         if self.stop_requested or self.state in _TERMINAL_NAMES:
             return
         self.stop_requested = True
+        self.stop_requested_at = self.elapsed
         if self.recorder is not None and self._loop is not None:
             self.recorder.on_event(self._loop.time() - self._t0, {"kill": True})
         run = self._run
