@@ -3,8 +3,10 @@
 The URLs come from the model (so ultimately from chat users), which makes every fetch a
 potential server-side request forgery. By default only http(s) to public addresses is
 allowed: IP literals are checked before connecting, host names through a resolver that drops
-private, loopback and link-local answers, and redirects are followed by hand so every hop is
-checked the same way. Tests against a loopback server opt out with `allow_private=True`.
+every non-public answer, and redirects are followed by hand so every hop is checked the same
+way. "Public" is `address_policy.is_public`: no IANA special-purpose block, no IPv6 form of a
+private IPv4. Tests against a loopback server opt out with `allow_private=True`, or let just
+their server's address through with `allow_networks`.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
+
+from .address_policy import IPNetwork, is_public
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 15.0
@@ -41,25 +46,34 @@ class Fetched:
     url: str
 
 
-def _is_public(address: str) -> bool:
+def _allowed(address: str, allow_networks: Collection[IPNetwork]) -> bool:
+    """Public, or inside a network the caller let through (tests: their loopback server)."""
+    if is_public(address):
+        return True
     try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
+        ip = ipaddress.ip_address(address)
     except ValueError:
         return False
-    return ip.is_global and not ip.is_multicast
+    return any(ip.version == net.version and ip in net for net in allow_networks)
 
 
 class PublicOnlyResolver(AbstractResolver):
-    """Resolves like aiohttp's default resolver, minus non-public addresses."""
+    """Resolves like `inner` (aiohttp's default resolver), minus non-public answers."""
 
-    def __init__(self) -> None:
-        self._inner = aiohttp.DefaultResolver()
+    def __init__(
+        self,
+        inner: AbstractResolver | None = None,
+        *,
+        allow_networks: Collection[IPNetwork] = (),
+    ) -> None:
+        self._inner = inner or aiohttp.DefaultResolver()
+        self._allow_networks = tuple(allow_networks)
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         answers = await self._inner.resolve(host, port, family)
-        public = [answer for answer in answers if _is_public(answer["host"])]
+        public = [a for a in answers if _allowed(a["host"], self._allow_networks)]
         if not public:
             raise OSError(f"{host} does not resolve to a public address")
         return public
@@ -68,7 +82,9 @@ class PublicOnlyResolver(AbstractResolver):
         await self._inner.close()
 
 
-def check_url(url: str, *, allow_private: bool = False) -> URL:
+def check_url(
+    url: str, *, allow_private: bool = False, allow_networks: Collection[IPNetwork] = ()
+) -> URL:
     """Parse `url` and refuse what may not be fetched."""
     try:
         parsed = URL(url)
@@ -82,12 +98,13 @@ def check_url(url: str, *, allow_private: bool = False) -> URL:
         host = parsed.host.lower().rstrip(".")
         if host == "localhost" or host.endswith(".localhost"):
             raise FetchError("that address is not public")
+        literal = host.strip("[]")
         try:
-            ipaddress.ip_address(host.strip("[]"))
+            ipaddress.ip_address(literal)
         except ValueError:
             pass
         else:
-            if not _is_public(host.strip("[]")):
+            if not _allowed(literal, allow_networks):
                 raise FetchError("that address is not public")
     return parsed
 
@@ -95,13 +112,24 @@ def check_url(url: str, *, allow_private: bool = False) -> URL:
 class MediaFetcher:
     """Owns one aiohttp session for tool downloads; close it with `aclose`."""
 
-    def __init__(self, *, allow_private: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        allow_private: bool = False,
+        allow_networks: Collection[IPNetwork] = (),
+        resolver: AbstractResolver | None = None,
+    ) -> None:
+        """`resolver` does the DNS look-ups (aiohttp's default); its answers are filtered."""
         self.allow_private = allow_private
+        self.allow_networks = tuple(allow_networks)
+        self._dns = resolver
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            resolver: AbstractResolver | None = None if self.allow_private else PublicOnlyResolver()
+            resolver = self._dns if self.allow_private else PublicOnlyResolver(
+                self._dns, allow_networks=self.allow_networks
+            )
             connector = aiohttp.TCPConnector(resolver=resolver, limit=16)
             self._session = aiohttp.ClientSession(
                 connector=connector, headers={"User-Agent": USER_AGENT}
@@ -126,7 +154,7 @@ class MediaFetcher:
             raise FetchError(f"the download failed: {exc.strerror or exc}") from exc
 
     async def _fetch(self, url: str, limits: FetchLimits) -> Fetched:
-        current = check_url(url, allow_private=self.allow_private)
+        current = self._check(url)
         session = self._client()
         for _hop in range(MAX_REDIRECTS + 1):
             async with session.get(current, allow_redirects=False) as response:
@@ -134,15 +162,16 @@ class MediaFetcher:
                     location = response.headers.get("Location")
                     if not location:
                         raise FetchError("redirect without a location")
-                    current = check_url(
-                        str(current.join(URL(location))), allow_private=self.allow_private
-                    )
+                    current = self._check(str(current.join(URL(location))))
                     continue
                 if response.status != 200:
                     raise FetchError(f"the server answered HTTP {response.status}")
                 data = await _read_capped(response, limits.max_bytes)
                 return Fetched(data=data, content_type=response.content_type, url=str(current))
         raise FetchError("too many redirects")
+
+    def _check(self, url: str) -> URL:
+        return check_url(url, allow_private=self.allow_private, allow_networks=self.allow_networks)
 
 
 async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
