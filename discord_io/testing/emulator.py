@@ -6,6 +6,11 @@ Every request is recorded for assertions, and faults (429 with ``retry_after``, 
 global, 5xx, 403, delays) can be scripted per route. Time comes from the running loop's
 clock, so delays and rate-limit windows fast-forward under ``looptime``.
 
+By default every request and every answer is validated against Discord's own OpenAPI spec
+(`spec_validation`); violations are collected in ``spec_violations`` and raised as a
+`SpecViolationError` when the emulator stops, so the test that caused one fails. The gateway
+(`gateway`) is served from the same port. docs/emulator.md describes the whole surface.
+
 Discord quirks it reproduces: JSON responses carry ``Content-Type: application/json`` with
 no charset (discord.py compares it exactly), a 429 carries a ``Via`` header (without one
 discord.py assumes a Cloudflare ban), and optional keys are omitted rather than null.
@@ -19,8 +24,8 @@ import hashlib
 import json
 import math
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +33,8 @@ import aiohttp
 import discord
 from aiohttp import web
 from aiohttp.typedefs import Handler
+
+from .spec_validation import SpecViolation, SpecViolationError, shared_validator
 
 JsonDict = dict[str, Any]
 
@@ -44,6 +51,11 @@ SEND_MESSAGE = "POST /channels/{channel_id}/messages"
 
 _BODY = web.RequestKey("emu_body", object)
 _FILES = web.RequestKey("emu_files", list)
+
+
+def _embed_payload(embed: JsonDict) -> JsonDict:
+    """An embed as Discord returns it: it always says its type."""
+    return embed if "type" in embed else {"type": "rich", **embed}
 
 
 def _json_response(
@@ -161,17 +173,25 @@ class _Buckets:
 class DiscordEmulator:
     """An aiohttp app that answers the REST routes discord.py uses, on 127.0.0.1."""
 
-    def __init__(self, token: str = DEFAULT_TOKEN) -> None:
+    def __init__(self, token: str = DEFAULT_TOKEN, *, validate: bool = True) -> None:
         self.token = token
+        self.validate = validate
+        """Validate traffic against Discord's spec (the default; off only for benchmarks)."""
+        self.spec_violations: list[SpecViolation] = []
+        self._expected_violations = 0
         self.requests: list[RecordedRequest] = []
         self.users: dict[int, JsonDict] = {}
+        self.guilds: dict[int, JsonDict] = {}
         self.channels: dict[int, JsonDict] = {}
         self.messages: dict[int, dict[int, JsonDict]] = defaultdict(dict)
         self.deleted: list[tuple[int, int]] = []
         self.commands: dict[int | None, list[JsonDict]] = {}
         self.interaction_responses: list[JsonDict] = []
         self.cdn: dict[str, CdnFile] = {}
+        self.roles: dict[int, JsonDict] = {}
+        self.member_roles: dict[int, list[int]] = defaultdict(list)
         self._reactions: dict[int, dict[str, list[int]]] = defaultdict(dict)
+        self._interaction_channels: dict[str, int] = {}
         self._faults: dict[str, deque[Fault]] = defaultdict(deque)
         self._buckets: _Buckets | None = None
         self._last_id = 0
@@ -184,7 +204,7 @@ class DiscordEmulator:
         self.bot = self.add_user("turnbot", global_name="Turn Bot", bot=True)
         self.bot_id = int(self.bot["id"])
         self.application_id = self.bot_id
-        self.guild_id = self.next_id()
+        self.guild_id = self.add_guild("emulated guild")
         self.channel_id = self.add_text_channel("general")
         self.alice = self.add_user("alice", global_name="Alice")
         self.alice_id = int(self.alice["id"])
@@ -230,24 +250,42 @@ class DiscordEmulator:
             "username": username,
             "discriminator": "0",
             "avatar": avatar,
+            "global_name": global_name,
+            "public_flags": 0,
+            "flags": 0,
+            "primary_guild": None,
         }
-        if global_name is not None:
-            user["global_name"] = global_name
         if bot:
             user["bot"] = True
         self.users[user_id] = user
+        if self.guilds:  # everyone seeded is a member of the first guild
+            self.add_member(self.guild_id, user_id)
         return user
 
-    def add_text_channel(self, name: str) -> int:
+    def add_guild(self, name: str) -> int:
+        """A guild the bot is in (its members: the bot; add more with `add_member`)."""
+        guild_id = self.next_id()
+        self.guilds[guild_id] = {"id": str(guild_id), "name": name, "members": [self.bot_id]}
+        return guild_id
+
+    def add_member(self, guild_id: int, user_id: int) -> None:
+        members: list[int] = self.guilds[guild_id]["members"]
+        if user_id not in members:
+            members.append(user_id)
+
+    def add_text_channel(self, name: str, *, guild_id: int | None = None) -> int:
         channel_id = self.next_id()
+        guild = guild_id if guild_id is not None else self.guild_id
         self.channels[channel_id] = {
             "id": str(channel_id),
             "type": 0,
-            "guild_id": str(self.guild_id),
+            "guild_id": str(guild),
             "name": name,
             "position": len(self.channels),
             "permission_overwrites": [],
             "nsfw": False,
+            "flags": 0,
+            "last_message_id": None,
         }
         return channel_id
 
@@ -257,6 +295,8 @@ class DiscordEmulator:
             "id": str(channel_id),
             "type": 1,
             "recipients": [self.users[user_id]],
+            "flags": 0,
+            "last_message_id": None,
         }
         return channel_id
 
@@ -268,39 +308,101 @@ class DiscordEmulator:
         *,
         mentions: Iterable[int] = (),
         reply_to: int | None = None,
+        attachments: Iterable[JsonDict] = (),
     ) -> JsonDict:
-        """Store a message as if a user had sent it; returns its payload."""
-        message_id = self.next_id()
-        message: JsonDict = {
-            "id": str(message_id),
-            "channel_id": str(channel_id),
-            "author": self.users[author_id],
-            "content": content,
-            "timestamp": self.timestamp_of(message_id),
-            "tts": False,
-            "mention_everyone": False,
-            "mentions": [self.users[user_id] for user_id in mentions],
-            "mention_roles": [],
-            "attachments": [],
-            "embeds": [],
-            "pinned": False,
-            "type": 0,
-            "flags": 0,
-        }
+        """Store a message as if a user had sent it; returns its payload. `attachments` are
+        `add_attachment` results."""
+        message = self.message_payload(channel_id, self.users[author_id], content)
+        message_id = int(message["id"])
+        message["mentions"] = [self.users[user_id] for user_id in mentions]
+        message["attachments"] = list(attachments)
         if reply_to is not None:
             message["type"] = 19
             message["message_reference"] = {
+                "type": 0,
                 "message_id": str(reply_to),
                 "channel_id": str(channel_id),
             }
             referenced = self.messages[channel_id].get(reply_to)
             if referenced is not None:
                 message["referenced_message"] = referenced
-        guild_id = self.channels[channel_id].get("guild_id")
-        if guild_id is not None:
-            message["guild_id"] = guild_id
         self.messages[channel_id][message_id] = message
         return message
+
+    def message_payload(
+        self,
+        channel_id: int,
+        author: JsonDict,
+        content: str,
+        *,
+        message_type: int = 0,
+        flags: int = 0,
+        embeds: Iterable[JsonDict] = (),
+    ) -> JsonDict:
+        """A new message object with every field Discord's spec requires (not stored)."""
+        message_id = self.next_id()
+        message: JsonDict = {
+            "id": str(message_id),
+            "channel_id": str(channel_id),
+            "author": author,
+            "content": content,
+            "timestamp": self.timestamp_of(message_id),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [_embed_payload(e) for e in embeds],
+            "components": [],
+            "pinned": False,
+            "type": message_type,
+            "flags": flags,
+        }
+        guild_id = self.channels.get(channel_id, {}).get("guild_id")
+        if guild_id is not None:
+            message["guild_id"] = guild_id
+        return message
+
+    def add_attachment(self, filename: str, content_type: str, data: bytes) -> JsonDict:
+        """An uploaded file, served by the emulated CDN, for `add_message(attachments=...)`."""
+        attachment_id = self.next_id()
+        path = f"/attachments/{self.channel_id}/{attachment_id}/{filename}"
+        self.cdn[path] = CdnFile(content_type, data)
+        return {"id": str(attachment_id), "filename": filename, "size": len(data),
+                "url": self.cdn_url(path), "proxy_url": self.cdn_url(path),
+                "content_type": content_type}
+
+    def add_role(self, name: str, *, permissions: int = 0) -> int:
+        """A role of the guild; give it to members with `member_roles[user_id].append`."""
+        role_id = self.next_id()
+        self.roles[role_id] = {
+            "id": str(role_id), "name": name, "color": 0, "hoist": False, "position": 1,
+            "permissions": str(permissions), "managed": False, "mentionable": False,
+            "flags": 0,
+        }
+        return role_id
+
+    def member_payload(self, user_id: int) -> JsonDict:
+        """The guild member object Discord adds to a guild message's MESSAGE_CREATE."""
+        return {"roles": [str(r) for r in self.member_roles[user_id]],
+                "joined_at": self.timestamp_of(user_id), "deaf": False, "mute": False,
+                "flags": 0}
+
+    def guild_payload(self) -> JsonDict:
+        """The guild as GUILD_CREATE carries it (roles, text channels), for a client's cache:
+        ``client._connection._add_guild_from_data(emulator.guild_payload())``."""
+        everyone = {"id": str(self.guild_id), "name": "@everyone", "color": 0, "hoist": False,
+                    "position": 0, "permissions": "0", "managed": False,
+                    "mentionable": False, "flags": 0}
+        return {
+            "id": str(self.guild_id), "name": "emulated guild", "icon": None,
+            "owner_id": str(self.alice_id), "roles": [everyone, *self.roles.values()],
+            "emojis": [], "stickers": [], "features": [], "member_count": len(self.users),
+            "channels": [c for c in self.channels.values()
+                         if c.get("guild_id") == str(self.guild_id)],
+            "members": [], "threads": [], "voice_states": [], "presences": [],
+        }
 
     def add_reaction(self, message_id: int, emoji: str, user_id: int) -> None:
         """`emoji` in route form: a unicode emoji, or `name:id` for a custom one."""
@@ -387,10 +489,33 @@ class DiscordEmulator:
         """The URL of `path` (e.g. "/files/a.gif") on the emulated CDN."""
         return self.cdn_base + path
 
-    async def stop(self) -> None:
+    async def stop(self, *, check: bool = True) -> None:
+        """Close the server; then, with `check`, raise the spec violations it saw."""
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if check:
+            self.check_spec()
+
+    # ---- Discord's spec ------------------------------------------------------------------
+
+    def check_spec(self) -> None:
+        """Raise `SpecViolationError` if any traffic so far broke Discord's spec."""
+        if self.spec_violations:
+            violations, self.spec_violations = self.spec_violations, []
+            raise SpecViolationError(violations)
+
+    @contextmanager
+    def expect_spec_violations(self) -> Iterator[list[SpecViolation]]:
+        """For a test that sends what Discord refuses on purpose: the violations inside are
+        handed to the test instead of failing it, and there must be at least one."""
+        before = len(self.spec_violations)
+        caught: list[SpecViolation] = []
+        yield caught
+        caught.extend(self.spec_violations[before:])
+        del self.spec_violations[before:]
+        if not caught:
+            raise AssertionError("expected traffic that breaks Discord's spec; all of it kept it")
 
     # ---- plumbing ------------------------------------------------------------------------
 
@@ -457,13 +582,30 @@ class DiscordEmulator:
         await self._notify()
         request[_BODY] = body
         request[_FILES] = files
+        spec_checked = self.validate and request.path.startswith(API_PREFIX + "/")
+        if spec_checked:
+            self._check_request(record)
         try:
             response = await self._answer(request, handler, record)
         except web.HTTPException as exc:
             response = _error(exc.status, 0, f"{exc.status}: {exc.reason}")
+        if spec_checked and isinstance(response, web.Response):
+            self._check_response(record, response)
         record.status = response.status
         await self._notify()
         return response
+
+    def _check_request(self, record: RecordedRequest) -> None:
+        self.spec_violations.extend(shared_validator().check_request(
+            record.method, record.path, query=record.query, headers=record.headers,
+            body=record.json))
+
+    def _check_response(self, record: RecordedRequest, response: web.Response) -> None:
+        body = response.body
+        self.spec_violations.extend(shared_validator().check_response(
+            record.method, record.path, query=record.query, headers=record.headers,
+            status=response.status, body=body if isinstance(body, bytes) else b"",
+            content_type=response.content_type if body else ""))
 
     async def _notify(self) -> None:
         assert self._changed is not None
@@ -582,7 +724,7 @@ class DiscordEmulator:
         name, sep, emoji_id = emoji.partition(":")
         if sep:
             return {"id": emoji_id, "name": name}
-        return {"name": emoji}
+        return {"id": None, "name": emoji}
 
     def _bot_message(
         self, channel_id: int, body: JsonDict, files: list[RecordedFile]
@@ -605,35 +747,18 @@ class DiscordEmulator:
                 or len(embed.get("description") or "") > MAX_EMBED_DESCRIPTION
             ):
                 return _error(400, 50035, "Invalid Form Body")
-        message_id = self.next_id()
-        message: JsonDict = {
-            "id": str(message_id),
-            "channel_id": str(channel_id),
-            "author": self.bot,
-            "content": content,
-            "timestamp": self.timestamp_of(message_id),
-            "tts": False,
-            "mention_everyone": False,
-            "mentions": [],
-            "mention_roles": [],
-            "attachments": [
-                {
-                    "id": str(self.next_id()),
-                    "filename": f.filename,
-                    "size": f.size,
-                    "url": f"https://cdn.example.invalid/{f.filename}",
-                    "proxy_url": f"https://media.example.invalid/{f.filename}",
-                }
-                for f in files
-            ],
-            "embeds": embeds,
-            "pinned": False,
-            "type": 0,
-            "flags": int(body.get("flags") or 0),
-        }
-        channel = self.channels.get(channel_id)
-        if channel is not None and "guild_id" in channel:
-            message["guild_id"] = channel["guild_id"]
+        message = self.message_payload(channel_id, self.bot, content, embeds=embeds,
+                                       flags=int(body.get("flags") or 0))
+        message["attachments"] = [
+            {
+                "id": str(self.next_id()),
+                "filename": f.filename,
+                "size": f.size,
+                "url": f"https://cdn.example.invalid/{f.filename}",
+                "proxy_url": f"https://media.example.invalid/{f.filename}",
+            }
+            for f in files
+        ]
         reference = body.get("message_reference")
         if reference:
             referenced = self.messages[channel_id].get(int(reference["message_id"]))
@@ -643,6 +768,7 @@ class DiscordEmulator:
             else:
                 message["type"] = 19
                 message["message_reference"] = {
+                    "type": 0,
                     "message_id": referenced["id"],
                     "channel_id": str(channel_id),
                 }
@@ -659,7 +785,7 @@ class DiscordEmulator:
         return web.Response(status=204)
 
     async def _get_me(self, request: web.Request) -> web.Response:
-        return _json_response(self.bot)
+        return _json_response({**self.bot, "mfa_enabled": False, "locale": "en-US"})
 
     async def _get_user(self, request: web.Request) -> web.Response:
         user = self.users.get(int(request.match_info["user_id"]))
@@ -674,11 +800,22 @@ class DiscordEmulator:
                 "name": "turnbot",
                 "description": "",
                 "icon": None,
+                "type": None,
                 "bot_public": True,
                 "bot_require_code_grant": False,
                 "owner": self.alice,
                 "verify_key": "0" * 64,
                 "flags": 0,
+                "flags_new": "0",
+                "redirect_uris": [],
+                "interactions_endpoint_url": None,
+                "role_connections_verification_url": None,
+                "approximate_guild_count": len(self.guilds),
+                "approximate_user_install_count": 0,
+                "approximate_user_authorization_count": 0,
+                "explicit_content_filter": 0,
+                "team": None,
+                "eligible_oauth2_scopes": [],
             }
         )
 
@@ -775,7 +912,12 @@ class DiscordEmulator:
         guild = request.match_info.get("guild_id")
         stored: list[JsonDict] = []
         for command in self._body(request) or []:
-            entry = dict(command)
+            # Discord answers with its defaults where the request left a field null.
+            entry = {key: value for key, value in command.items() if value is not None}
+            entry.setdefault("default_member_permissions", None)
+            if isinstance(entry["default_member_permissions"], int):
+                entry["default_member_permissions"] = str(entry["default_member_permissions"])
+            entry.setdefault("integration_types", [0])
             entry["id"] = str(self.next_id())
             entry["application_id"] = str(self.application_id)
             entry["version"] = str(self.next_id())
@@ -800,27 +942,12 @@ class DiscordEmulator:
         }
         payload: JsonDict = {"interaction": interaction}
         if body.get("type") in (4, 7):
-            message_id = self.next_id()
-            interaction["response_message_id"] = str(message_id)
-            payload["resource"] = {
-                "type": body["type"],
-                "message": {
-                    "id": str(message_id),
-                    "channel_id": str(self.channel_id),
-                    "author": self.bot,
-                    "content": data.get("content") or "",
-                    "timestamp": self.timestamp_of(message_id),
-                    "tts": False,
-                    "mention_everyone": False,
-                    "mentions": [],
-                    "mention_roles": [],
-                    "attachments": [],
-                    "embeds": data.get("embeds") or [],
-                    "pinned": False,
-                    "type": 20,
-                    "flags": flags,
-                },
-            }
+            channel_id = self._interaction_channels.get(interaction["id"], self.channel_id)
+            message = self.message_payload(channel_id, self.bot, data.get("content") or "",
+                                           message_type=20, flags=flags,
+                                           embeds=data.get("embeds") or [])
+            interaction["response_message_id"] = message["id"]
+            payload["resource"] = {"type": body["type"], "message": message}
         return _json_response(payload)
 
     async def _cdn(self, request: web.Request) -> web.StreamResponse:
@@ -852,17 +979,23 @@ class DiscordEmulator:
         channel_id: int | None = None,
         user_id: int | None = None,
         guild: bool = True,
+        permissions: int = 0,
     ) -> JsonDict:
         """An INTERACTION_CREATE payload for a synced slash command, as the gateway sends it.
+        `permissions` are the member's in the channel; their roles come from `member_roles`.
 
-        Feed it to ``client._connection.parse_interaction_create``.
+        Feed it to ``client._connection.parse_interaction_create``, or dispatch it through
+        the gateway with ``gateway.interaction``.
         """
-        scope = self.guild_id if guild and self.guild_id in self.commands else None
-        command = next(c for c in self.commands.get(scope, []) if c["name"] == name)
         channel_id = channel_id if channel_id is not None else self.channel_id
+        guild_id = int(self.channels[channel_id].get("guild_id") or self.guild_id)
+        scope = guild_id if guild and guild_id in self.commands else None
+        command = next(c for c in self.commands.get(scope, []) if c["name"] == name)
         user = self.users[user_id if user_id is not None else self.alice_id]
+        interaction_id = self.next_id()
+        self._interaction_channels[str(interaction_id)] = channel_id
         payload: JsonDict = {
-            "id": str(self.next_id()),
+            "id": str(interaction_id),
             "application_id": str(self.application_id),
             "type": 2,
             "token": f"interaction-token-{self.next_id()}",
@@ -873,45 +1006,32 @@ class DiscordEmulator:
             "locale": "en-US",
             "app_permissions": "0",
             "entitlements": [],
-            "authorizing_integration_owners": {"0": str(self.guild_id)},
+            "authorizing_integration_owners": {"0": str(guild_id)},
             "attachment_size_limit": 10 * 1024 * 1024,
             "context": 0 if guild else 1,
         }
         if guild:
-            payload["guild_id"] = str(self.guild_id)
+            payload["guild_id"] = str(guild_id)
             payload["guild_locale"] = "en-US"
             payload["member"] = {
                 "user": user,
-                "roles": [],
+                "roles": [str(r) for r in self.member_roles[int(user["id"])]],
                 "joined_at": self.timestamp_of(int(user["id"])),
                 "deaf": False,
                 "mute": False,
                 "flags": 0,
-                "permissions": "0",
+                "permissions": str(permissions),
             }
         else:
             payload["user"] = user
         return payload
 
     def _webhook_message(self, body: JsonDict) -> JsonDict:
-        message_id = self.next_id()
-        return {
-            "id": str(message_id),
-            "channel_id": str(self.channel_id),
-            "author": self.bot,
-            "content": body.get("content") or "",
-            "timestamp": self.timestamp_of(message_id),
-            "tts": False,
-            "mention_everyone": False,
-            "mentions": [],
-            "mention_roles": [],
-            "attachments": [],
-            "embeds": body.get("embeds") or [],
-            "pinned": False,
-            "type": 0,
-            "flags": int(body.get("flags") or 0),
-            "webhook_id": str(self.application_id),
-        }
+        message = self.message_payload(self.channel_id, self.bot, body.get("content") or "",
+                                       flags=int(body.get("flags") or 0),
+                                       embeds=body.get("embeds") or [])
+        message["webhook_id"] = str(self.application_id)
+        return message
 
     async def _followup(self, request: web.Request) -> web.Response:
         return _json_response(self._webhook_message(self._body(request) or {}))
@@ -944,11 +1064,15 @@ async def emulated_discord(
         if client_factory is not None
         else discord.Client(intents=discord.Intents.default())
     )
+    failed = False
     try:
         await client.login(token)
         yield emulator, client
+    except BaseException:
+        failed = True
+        raise
     finally:
         await client.close()
         discord.http.Route.BASE = previous_base
         discord.Asset.BASE = previous_cdn
-        await emulator.stop()
+        await emulator.stop(check=not failed)
