@@ -147,6 +147,10 @@ class AppSettings(BaseSettings):
     gc: GcSettings = Field(default_factory=GcSettings)
     shutdown_grace_s: float = Field(default=10.0, gt=0)
     """How long running replies get to end after SIGTERM or Ctrl-C."""
+    redis_url: SecretStr | None = None
+    """`TURN_REDIS_URL`: run as one of many processes sharing channel locks, queues and /kill
+    through this Redis (docs/redis.md); unset, everything stays in this process. A secret:
+    the URL may carry a password."""
 
     @classmethod
     def settings_customise_sources(
@@ -189,11 +193,21 @@ class AppSettings(BaseSettings):
 
 
 def _with_dotenv_key(provider: dict[str, Any]) -> dict[str, Any]:
-    name = provider.get("api_key_env")
-    if provider.get("api_key") or not isinstance(name, str) or os.environ.get(name):
-        return provider
-    value = _DOTENV.get().get(name)
-    return {**provider, "api_key": value} if value else provider
+    """`api_key_env` and `api_key_envs` resolved from `.env` where the environment lacks
+    them (the provider's own validation still reports a name found nowhere)."""
+    dotenv = _DOTENV.get()
+    out = dict(provider)
+    name = out.get("api_key_env")
+    if not out.get("api_key") and isinstance(name, str) and not os.environ.get(name) \
+            and dotenv.get(name):
+        out["api_key"] = dotenv[name]
+    names = out.get("api_key_envs")
+    if isinstance(names, list) and all(isinstance(n, str) for n in names):
+        values = [os.environ.get(n) or dotenv.get(n) for n in names]
+        if all(values) and any(not os.environ.get(n) for n in names):
+            out["api_keys"] = [*out.get("api_keys", []), *values]
+            del out["api_key_envs"]
+    return out
 
 
 class ConfigurationError(ValueError):
