@@ -10,4 +10,10 @@
 - `kill_command`: the /kill slash command (D3)
 - `enrichment_tools`, `media_fetch`, `media_frames`: the context-restart tools (R2, R3, R8)
 - `testing`: a loopback Discord REST emulator for tests and demos
+
+`DiscordChannel` is the public surface an embedding bot uses (docs/embedding.md).
 """
+
+from .delivery import DiscordChannel
+
+__all__ = ["DiscordChannel"]

@@ -16,7 +16,9 @@ from .settings import ConfigurationError, load_settings
 from .startup import StartupError
 
 
-def main() -> int:
+def main(mode: str = "auto") -> int:
+    """Run the main job; `mode` is "auto" (chosen by what is configured), "bot", "chat" or
+    "demo" (the `turn-engine` subcommands)."""
     setup_logging()
     try:
         settings = load_settings()
@@ -25,12 +27,19 @@ def main() -> int:
             print(f"error: {problem}", file=sys.stderr)
         return 2
     setup_logging(settings.log.level, settings.log.library_level, secrets=settings.secrets())
+    if mode == "bot" and settings.discord_token is None:
+        print("error: turn-engine bot needs TURN_DISCORD_TOKEN (see docs/discord.md)",
+              file=sys.stderr)
+        return 2
+    if mode == "chat" and settings.provider is None:
+        print("error: turn-engine chat needs TURN_PROVIDER (see .env.example)", file=sys.stderr)
+        return 2
     try:
-        if settings.discord_token is not None:
+        if mode in ("auto", "bot") and settings.discord_token is not None:
             from .bot import run_bot
 
             return run_bot(settings)
-        if settings.provider is not None:
+        if mode in ("auto", "chat") and settings.provider is not None:
             from .chat import chat
 
             return asyncio.run(chat(settings))
