@@ -57,6 +57,28 @@ def field_paths(model: type[BaseModel]) -> tuple[list[tuple[str, ...]], list[tup
     return paths, open_paths
 
 
+def annotation_at(model: type[BaseModel], path: Iterable[str]) -> Any:
+    """The type annotation of the field at `path`, or None when there is no such field."""
+    current: type[BaseModel] | None = model
+    annotation: Any = None
+    for part in path:
+        if current is None or part not in current.model_fields:
+            return None
+        annotation = current.model_fields[part].annotation
+        current = _model_of(annotation)
+    return annotation
+
+
+def is_json_valued(annotation: Any) -> bool:
+    """Whether pydantic-settings reads the variable as JSON (lists, maps, models)."""
+    if _model_of(annotation) is not None or _is_mapping(annotation):
+        return True
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(is_json_valued(arg) for arg in typing.get_args(annotation))
+    return origin in (list, tuple, set, frozenset) or annotation in (list, tuple, set)
+
+
 def env_name(path: Iterable[str]) -> str:
     return PREFIX + DELIMITER.join(part.upper() for part in path)
 

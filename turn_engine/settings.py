@@ -17,6 +17,7 @@ unreadable file. Secrets are never echoed.
 from __future__ import annotations
 
 import contextvars
+import json
 import os
 import re
 import tomllib
@@ -39,7 +40,14 @@ from fsm.engine.config import TurnConfig
 from providers import ProviderConfig
 
 from .gc_tuning import GcSettings
-from .setting_names import PREFIX, env_name, unknown_keys, unknown_names
+from .setting_names import (
+    PREFIX,
+    annotation_at,
+    env_name,
+    is_json_valued,
+    unknown_keys,
+    unknown_names,
+)
 
 DEFAULT_CONFIG_FILE = "turn.toml"
 DEFAULT_ENV_FILE = ".env"
@@ -234,7 +242,8 @@ def load_settings(config_file: str | Path | None = None,
     except ValidationError as exc:
         raise ConfigurationError([_validation_line(err) for err in exc.errors()]) from None
     except SettingsError as exc:
-        raise ConfigurationError([_settings_error_line(exc)]) from None
+        names = {**{k: v for k, v in dotenv.items()}, **os.environ}
+        raise ConfigurationError([_settings_error_line(exc, names)]) from None
     finally:
         _FILE_DATA.reset(file_token)
         _DOTENV.reset(dotenv_token)
@@ -291,10 +300,29 @@ def _validation_line(error: Any) -> str:
 _SOURCE_FIELD = re.compile(r'field "([^"]+)"')
 
 
-def _settings_error_line(exc: SettingsError) -> str:
-    """pydantic-settings' own errors (a complex value that is not JSON) name the field in
-    prose; lift it out."""
+def _settings_error_line(exc: SettingsError, names: Mapping[str, str | None]) -> str:
+    """pydantic-settings' own errors (a complex value that is not JSON) name only the
+    top-level field, in prose; find the variable under it whose JSON does not parse."""
     match = _SOURCE_FIELD.search(str(exc))
-    field = match.group(1) if match else "settings"
-    return (f"{field} ({env_name(field.split('.'))}): not valid JSON; "
-            "expected a JSON object or list (see .env.example)")
+    path = match.group(1).split(".") if match else []
+    prefix = env_name(path) if path else PREFIX
+    for name, value in sorted(names.items()):
+        upper = name.upper()
+        if upper != prefix and not upper.startswith(prefix + "__"):
+            continue
+        sub = upper.removeprefix(PREFIX).lower().split("__")
+        if not is_json_valued(annotation_at(AppSettings, sub)) or _parses(value):
+            continue
+        path, prefix = sub, upper
+        break
+    dotted = ".".join(path) or "settings"
+    return (f"{dotted} ({prefix}): not valid JSON; expected a JSON object or list "
+            "(see .env.example)")
+
+
+def _parses(value: str | None) -> bool:
+    try:
+        json.loads(value or "")
+    except ValueError:
+        return False
+    return True
