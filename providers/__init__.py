@@ -5,6 +5,7 @@ normalized events and closes its connection the moment the pass's abort fires (S
 Build one with `build_provider(ProviderConfig(...), session)`.
 """
 
-from .config import ProviderConfig, build_provider
+from .config import ProviderConfig
+from .factory import build_provider
 
 __all__ = ["ProviderConfig", "build_provider"]

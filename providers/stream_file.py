@@ -14,7 +14,8 @@ import aiohttp
 
 from fsm.engine.provider import AbortSignal, PassRequest, ProviderError
 
-from .config import ProviderConfig, ProviderKind, build_provider
+from .config import ProviderConfig, ProviderKind
+from .factory import build_provider
 from .replay_server import ReplayServer, Step
 from .result import summarize
 from .watchdog import StallWatchdog

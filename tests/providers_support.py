@@ -10,7 +10,8 @@ from typing import Any
 import aiohttp
 
 from fsm.engine.provider import AbortSignal, PassRequest, ProviderEvent
-from providers.config import ProviderConfig, build_provider
+from providers.config import ProviderConfig
+from providers.factory import build_provider
 from providers.replay_server import ReplayServer
 from providers.result import StreamSummary
 from providers.stream_file import replay_request

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from fsm.engine.provider import AbortSignal, ProviderEvent, TextDelta
-from providers.config import build_provider
+from providers.factory import build_provider
 from providers.replay_server import ReplayServer
 from providers.stream_file import replay_request
 

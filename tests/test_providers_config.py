@@ -13,7 +13,8 @@ import pytest
 
 from fsm.engine.provider import AbortSignal
 from providers.anthropic import AnthropicProvider
-from providers.config import ProviderConfig, build_provider
+from providers.config import ProviderConfig
+from providers.factory import build_provider
 from providers.gemini import GeminiProvider
 from providers.openai import OpenAIProvider
 from providers.replay_server import ReplayServer

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from fsm.engine.provider import AbortSignal, HistoryEntry, PassRequest, ToolCallRequest
-from providers.config import build_provider
+from providers.factory import build_provider
 from providers.context import TextPart, normalize_items, normalize_tools
 from providers.replay_server import RecordedRequest, ReplayServer
 

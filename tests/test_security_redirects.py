@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from fsm.engine.provider import AbortSignal, PassRequest, ProviderError
-from providers.config import build_provider
+from providers.factory import build_provider
 
 from providers_support import TEST_KEY, config_for
 

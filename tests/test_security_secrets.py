@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from fsm.engine.provider import AbortSignal, PassRequest, ProviderError
-from providers.config import ProviderConfig, build_provider
+from providers.config import ProviderConfig
+from providers.factory import build_provider
 from providers.errors import REDACTED, cut_message, looks_like_key, scrub
 from providers.replay_server import ReplayServer
 
