@@ -6,9 +6,13 @@ The stream is a sequence of typed events: `message_start` (input usage), content
 and `message_stop`. `ping` is liveness. `event: error` is an in-band error after HTTP 200.
 Anthropic adds event and block types over time, so unknown ones are ignored, not errors.
 
-Tool calls are held until `message_delta` says why the message stopped: on `max_tokens` the
-last tool block may have been cut mid-JSON (even when what arrived happens to parse, e.g. an
-empty input), so it is marked truncated and never runs (T4).
+Tool calls are held until `message_delta` says why the message stopped: on `max_tokens` or
+`model_context_window_exceeded` the last tool block may have been cut mid-JSON (even when
+what arrived happens to parse, e.g. an empty input), so it is marked truncated and never
+runs (T4). `stop_reason: "refusal"` is a blocked ending, not a completion.
+
+A prefill goes as the final assistant turn (`native`) or, for models that reject one
+(Claude 4.6 and later), as a closing user instruction (`prefill.py`).
 """
 
 from __future__ import annotations
@@ -40,12 +44,14 @@ from .context import (
 )
 from .errors import ErrorDetails, error_details, incomplete_stream, stream_error
 from .http import SSEProvider
+from .prefill import PREFILL_INSTRUCTION, PrefillMode, prefill_message
 from .sse import SSEEvent, json_payload
 from .toolcalls import tool_call
 from .usage import token_count
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
+CUT_STOP_REASONS = frozenset({"max_tokens", "model_context_window_exceeded"})
 _TOOL_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -58,8 +64,8 @@ class AnthropicProvider(SSEProvider):
     def auth_headers(self, api_key: str) -> dict[str, str]:
         return {"x-api-key": api_key}
 
-    def headers(self) -> dict[str, str]:
-        return {"anthropic-version": API_VERSION, **super().headers()}
+    def headers(self, api_key: str | None = None) -> dict[str, str]:
+        return {"anthropic-version": API_VERSION, **super().headers(api_key)}
 
     def build_body(self, request: PassRequest) -> dict[str, Any]:
         messages = normalize_items(request.context_items)
@@ -70,11 +76,11 @@ class AnthropicProvider(SSEProvider):
             "model": self.config.model,
             "max_tokens": self.config.max_output_tokens or DEFAULT_MAX_TOKENS,
             "stream": True,
-            "messages": anthropic_messages(request, messages),
+            "messages": anthropic_messages(request, messages, self.prefill_mode),
         }
         if system:
             body["system"] = system
-        tools = normalize_tools(request.tools)
+        tools = self.allowed_tools(normalize_tools(request.tools))
         if tools:
             body["tools"] = [
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
@@ -86,7 +92,9 @@ class AnthropicProvider(SSEProvider):
         return MessagesDecoder()
 
 
-def anthropic_messages(request: PassRequest, messages: list[Message]) -> list[dict[str, Any]]:
+def anthropic_messages(
+    request: PassRequest, messages: list[Message], prefill_mode: PrefillMode = "native"
+) -> list[dict[str, Any]]:
     """Context, function history, notices, then the prefill last (S1, T7).
 
     System items were lifted into `system`. The prefill loses trailing whitespace because
@@ -121,9 +129,10 @@ def anthropic_messages(request: PassRequest, messages: list[Message]) -> list[di
     notices = notices_text(request)
     if notices:
         out.append({"role": "user", "content": [{"type": "text", "text": notices}]})
-    prefill = request.prefill.rstrip()
-    if prefill:
-        out.append({"role": "assistant", "content": [{"type": "text", "text": prefill}]})
+    prefill = prefill_message(prefill_mode, request.prefill.rstrip())
+    if prefill is not None:
+        role = "user" if prefill.mode == PREFILL_INSTRUCTION else "assistant"
+        out.append({"role": role, "content": [{"type": "text", "text": prefill.text}]})
     return out
 
 
@@ -233,12 +242,15 @@ class MessagesDecoder:
         out: list[ProviderEvent] = []
         if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
             self._stop_reason = delta["stop_reason"]
+            if self._stop_reason == "refusal":
+                return [ProviderError(kind="blocked", type="refusal",
+                                      message="the model declined to continue (refusal)")]
             out.extend(self._tool_calls())
         out.extend(self._update_usage(payload.get("usage")))
         return out
 
     def _tool_calls(self) -> list[ToolCallRequest]:
-        cut_reason = self._stop_reason == "max_tokens"
+        cut_reason = self._stop_reason in CUT_STOP_REASONS
         calls = [
             tool_call(
                 block.name,

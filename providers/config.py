@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Literal
 
-import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from yarl import URL
 
-from .anthropic import AnthropicProvider
+from .capabilities import (
+    Dialect,
+    MaxTokensField,
+    default_dialect,
+    default_max_tokens_field,
+    default_prefill,
+)
 from .errors import REDACTED, looks_like_key, scrub
-from .gemini import GeminiProvider
-from .http import SSEProvider
-from .openai import OpenAIProvider
+from .prefill import PrefillMode
 
 ProviderKind = Literal["openai", "anthropic", "gemini"]
 
@@ -44,6 +47,16 @@ class ProviderConfig(BaseModel):
     `{"stream_options": null}` for a server that rejects usage reporting).
     `read_timeout_s` is aiohttp's per-read limit, a safety net for callers without their own
     idle timer; the engine leaves it unset and times streams itself (S4, S5).
+
+    Capabilities (defaults in `capabilities.py`, by kind, host and model):
+    `prefill` — how a trailing assistant prefill is sent (`native`, `prefix-flag`,
+    `instruction`, `off`; see `prefill.py`); `max_tokens_field` — the name of the output
+    limit (`max_tokens` or `max_completion_tokens`, kind `openai`); `tools` — `false` sends
+    no tools, a list sends only the tools it names (local models that reject any tool);
+    `dialect` — `mistral` for Mistral's message rules on kind `openai`.
+    Key rotation (G4): `api_keys` / `api_key_envs` add keys after `api_key`; an auth or
+    rate-limit failure before any output tries the next key, and a key that failed auth is
+    benched for `key_bench_s` seconds. Keys are named by index (`key #1`), never shown.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
@@ -60,22 +73,31 @@ class ProviderConfig(BaseModel):
     extra_headers: dict[str, str] = Field(default_factory=dict, repr=False)
     query_params: dict[str, str] = Field(default_factory=dict)
     extra_body: dict[str, Any] = Field(default_factory=dict, repr=False)
+    prefill: PrefillMode | None = None
+    max_tokens_field: MaxTokensField | None = None
+    tools: bool | list[str] = True
+    dialect: Dialect | None = None
+    api_keys: list[SecretStr] = Field(default_factory=list, repr=False)
+    api_key_envs: list[str] = Field(default_factory=list)
+    key_bench_s: float = Field(default=300.0, gt=0)
 
     @model_validator(mode="before")
     @classmethod
     def _key_from_environment(cls, data: Any) -> Any:
         if not isinstance(data, dict) or data.get("api_key") or not data.get("api_key_env"):
             return data
-        name = data["api_key_env"]
-        if not isinstance(name, str) or not _ENV_NAME.match(name) or looks_like_key(name):
-            raise ValueError(
-                "api_key_env must name an environment variable (like OPENAI_API_KEY); the "
-                "value given is not a variable name and may be a key itself, so it is not shown"
-            )
-        value = os.environ.get(name, "")
-        if not value:
-            raise ValueError(f"api_key_env: environment variable {name!r} is not set or empty")
-        return {**data, "api_key": value}
+        return {**data, "api_key": _from_environment("api_key_env", data["api_key_env"])}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _more_keys_from_environment(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("api_key_envs"):
+            return data
+        names = data["api_key_envs"]
+        if not isinstance(names, list):
+            return data  # the field's own validation names the problem
+        keys = [_from_environment("api_key_envs", name) for name in names]
+        return {**data, "api_keys": [*data.get("api_keys", []), *keys]}
 
     @field_validator("base_url")
     @classmethod
@@ -90,13 +112,32 @@ class ProviderConfig(BaseModel):
     def endpoint_base(self) -> str:
         return self.base_url or DEFAULT_BASE_URLS[self.kind]
 
+    @property
+    def prefill_mode(self) -> PrefillMode:
+        return self.prefill or default_prefill(self.kind, self.model, self.base_url)
+
+    @property
+    def output_limit_field(self) -> MaxTokensField:
+        return self.max_tokens_field or default_max_tokens_field(self.model)
+
+    @property
+    def message_dialect(self) -> Dialect:
+        return self.dialect or default_dialect(self.model, self.base_url)
+
+    def keys(self) -> tuple[str, ...]:
+        """Every API key, in rotation order: `api_key` first, then `api_keys`."""
+        first = [self.api_key] if self.api_key else []
+        values = (key.get_secret_value() for key in [*first, *self.api_keys])
+        return tuple(value for value in values if value)
+
+    def tool_allowed(self, name: str) -> bool:
+        return self.tools if isinstance(self.tools, bool) else name in self.tools
+
     def secrets(self) -> tuple[str, ...]:
         """The values that must never be shown: the API key, key-like query parameters and
         headers (by name or by shape, with a `Bearer` token counted on its own), and any
         credentials in the base URL."""
-        found: list[str] = []
-        if self.api_key and self.api_key.get_secret_value():
-            found.append(self.api_key.get_secret_value())
+        found: list[str] = list(self.keys())
         for name, value in (*self.query_params.items(), *self.extra_headers.items()):
             if _SECRET_NAME.search(name) or looks_like_key(value):
                 found.append(value)
@@ -121,21 +162,14 @@ class ProviderConfig(BaseModel):
             yield name, value
 
 
-_ADAPTERS: dict[str, type[SSEProvider]] = {
-    "openai": OpenAIProvider,
-    "anthropic": AnthropicProvider,
-    "gemini": GeminiProvider,
-}
-
-
-def build_provider(
-    config: ProviderConfig,
-    session: aiohttp.ClientSession,
-    *,
-    on_bytes: Callable[[], None] | None = None,
-) -> SSEProvider:
-    """The adapter for `config`. `on_bytes` is called whenever bytes arrive (stall watchdogs).
-
-    The session belongs to the caller, which closes it; adapters never own one.
-    """
-    return _ADAPTERS[config.kind](config, session, on_bytes=on_bytes)
+def _from_environment(field: str, name: Any) -> str:
+    """The value of the environment variable `name`, which must look like a variable name."""
+    if not isinstance(name, str) or not _ENV_NAME.match(name) or looks_like_key(name):
+        raise ValueError(
+            f"{field} must name an environment variable (like OPENAI_API_KEY); the "
+            "value given is not a variable name and may be a key itself, so it is not shown"
+        )
+    value = os.environ.get(name, "")
+    if not value:
+        raise ValueError(f"{field}: environment variable {name!r} is not set or empty")
+    return value

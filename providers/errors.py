@@ -22,6 +22,8 @@ from fsm.engine.provider import ErrorKind, ProviderError
 REDACTED = "[redacted]"
 CONTEXT_TOO_LONG = "context_length_exceeded"
 QUOTA_EXHAUSTED = "insufficient_quota"
+TOOLS_UNSUPPORTED = "tools_unsupported"
+PREFILL_UNSUPPORTED = "prefill_unsupported"
 
 _RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 _RETRYABLE_TYPES = frozenset(
@@ -44,7 +46,19 @@ _QUOTA_WORDING = re.compile(
 )
 _CONTEXT_WORDING = re.compile(
     r"prompt is too long|context[_ ]length|context window|maximum context"
-    r"|exceeds the maximum number of tokens|too many (input )?tokens",
+    r"|exceeds the maximum number of tokens|too many (input )?tokens"
+    r"|exceeds the available context size",
+    re.IGNORECASE,
+)
+_CONTEXT_TYPES = frozenset({CONTEXT_TOO_LONG, "exceed_context_size_error"})
+_TOOLS_WORDING = re.compile(
+    r"does not support tools|tools? (calling |use )?(is |are )?not supported"
+    r"|does not support (function|tool) calling",
+    re.IGNORECASE,
+)
+_PREFILL_WORDING = re.compile(
+    r"does not support assistant message prefill|must end with a user"
+    r"|final (assistant|model) (turn|message)|last message.*(role|assistant)",
     re.IGNORECASE,
 )
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
@@ -226,10 +240,16 @@ def _classify(
     message = details.message
     type_ = details.type if details.type is not None else _status_word(status)
     words = {type_, details.code_text}
-    if _is_quota(status, words, message, details.quota_ids):
+    if _is_quota(status, words, message, details):
         type_, retryable = QUOTA_EXHAUSTED, False
     elif _is_context_too_long(status, words, message):
         type_, retryable = CONTEXT_TOO_LONG, False
+    elif _is_refused_request(status) and _TOOLS_WORDING.search(message):
+        type_, retryable = TOOLS_UNSUPPORTED, False
+        message = f"the model does not support tools (turn them off in its config): {message}"
+    elif _is_refused_request(status) and _PREFILL_WORDING.search(message):
+        type_, retryable = PREFILL_UNSUPPORTED, False
+        message = f"the model rejects a trailing assistant prefill: {message}"
     else:
         retryable = _is_retryable(status, type_)
     delay = header_delay if header_delay is not None else details.retry_after_s
@@ -244,19 +264,29 @@ def _classify(
 
 
 def _is_quota(
-    status: int | None, words: set[str | None], message: str, quota_ids: tuple[str, ...]
+    status: int | None, words: set[str | None], message: str, details: ErrorDetails
 ) -> bool:
+    """Exhausted quota (a retry today will not help) versus a rate limit (wait and retry).
+
+    Structured details decide before wording: Gemini answers a per-minute limit with "You
+    exceeded your current quota" too, but names a `PerMinute` quota and a retry delay."""
     if QUOTA_EXHAUSTED in words or status == 402:
         return True
-    if any("PerDay" in quota_id for quota_id in quota_ids):
+    if any("PerDay" in quota_id for quota_id in details.quota_ids):
         return True
+    if details.quota_ids or details.retry_after_s is not None:
+        return False
     if status is not None and status >= 500:
         return False
     return bool(_QUOTA_WORDING.search(message))
 
 
+def _is_refused_request(status: int | None) -> bool:
+    return status in {None, 400, 422}
+
+
 def _is_context_too_long(status: int | None, words: set[str | None], message: str) -> bool:
-    if CONTEXT_TOO_LONG in words:
+    if words & _CONTEXT_TYPES:
         return True
     return status in {None, 400, 413} and bool(_CONTEXT_WORDING.search(message))
 

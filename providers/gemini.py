@@ -1,9 +1,12 @@
 """Gemini `streamGenerateContent?alt=sse`.
 
 Each event is a whole `GenerateContentResponse`. There is no `[DONE]`: the stream ends when
-the server closes it, after a chunk that carries `finishReason`. Function calls come whole
-(never fragmented) and, on the Developer API, without ids, so ids are minted. `usageMetadata`
-repeats on every chunk with running totals; the last one wins.
+the server closes it, after a chunk that carries `finishReason`. On the Developer API function
+calls come whole and usually without ids, so ids are minted; Vertex may stream a call's
+arguments over several parts (`gemini_calls`). When the model did send ids (parallel calls of
+one function), each result goes back with its call's id. Candidates are told apart by their
+`index`, not their place in the list; only candidate 0 is read. `usageMetadata` repeats on
+every chunk with running totals; the last one wins.
 
 Endings that are not answers: a blocked prompt (`promptFeedback.blockReason`, no candidates)
 and a safety-type `finishReason` become `ProviderError(kind="blocked")`; a malformed function
@@ -44,7 +47,9 @@ from .context import (
     notices_text,
 )
 from .errors import error_details, incomplete_stream, stream_error
+from .gemini_calls import StreamedCall, is_partial
 from .http import SSEProvider
+from .prefill import PREFILL_INSTRUCTION, prefill_message
 from .sse import SSEEvent, json_payload
 from .toolcalls import mint_call_id
 from .usage import nonzero, token_count
@@ -78,6 +83,20 @@ class ThoughtSignatures:
         return self._items.get(call_id)
 
 
+class ProviderIds:
+    """The call ids the model itself sent (as opposed to minted ones), bounded like the
+    signatures: a function response carries an id only when its call had one."""
+
+    def __init__(self, capacity: int = _SIGNATURE_MEMORY) -> None:
+        self._memory = ThoughtSignatures(capacity)
+
+    def remember(self, call_id: str) -> None:
+        self._memory.remember(call_id, call_id)
+
+    def __contains__(self, call_id: str) -> bool:
+        return self._memory.get(call_id) is not None
+
+
 class GeminiProvider(SSEProvider):
     """Gemini Developer API; remembers thought signatures across the passes of a turn."""
 
@@ -90,6 +109,7 @@ class GeminiProvider(SSEProvider):
     ) -> None:
         super().__init__(config, session, on_bytes=on_bytes)
         self._signatures = ThoughtSignatures()
+        self._provider_ids = ProviderIds()
 
     def endpoint(self) -> str:
         model = self.config.model.removeprefix("models/")
@@ -108,7 +128,7 @@ class GeminiProvider(SSEProvider):
         body: dict[str, Any] = {"contents": self.contents(request, messages)}
         if system_parts:
             body["systemInstruction"] = {"parts": [{"text": "\n\n".join(system_parts)}]}
-        tools = normalize_tools(request.tools)
+        tools = self.allowed_tools(normalize_tools(request.tools))
         if tools:
             declarations = [
                 {"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters}
@@ -130,25 +150,29 @@ class GeminiProvider(SSEProvider):
             parts: list[dict[str, Any]] = []
             if call.entry.pre_tool_text:
                 parts.append({"text": call.entry.pre_tool_text})
-            function_call: dict[str, Any] = {
-                "functionCall": {"name": call.entry.tool_name, "args": call.entry.arguments}
-            }
+            call_body: dict[str, Any] = {"name": call.entry.tool_name, "args": call.entry.arguments}
+            response: dict[str, Any] = {"name": call.entry.tool_name,
+                                        "response": call.entry.result}
+            if call.call_id in self._provider_ids:
+                call_body["id"] = response["id"] = call.call_id
+            function_call: dict[str, Any] = {"functionCall": call_body}
             signature = self._signatures.get(call.call_id)
             if signature is not None:
                 function_call["thoughtSignature"] = signature
             parts.append(function_call)
             out.append({"role": "model", "parts": parts})
-            response = {"name": call.entry.tool_name, "response": call.entry.result}
             out.append({"role": "user", "parts": [{"functionResponse": response}]})
         notices = notices_text(request)
         if notices:
             out.append({"role": "user", "parts": [{"text": notices}]})
-        if request.prefill:
-            out.append({"role": "model", "parts": [{"text": request.prefill}]})
+        prefill = prefill_message(self.prefill_mode, request.prefill)
+        if prefill is not None:
+            role = "user" if prefill.mode == PREFILL_INSTRUCTION else "model"
+            out.append({"role": role, "parts": [{"text": prefill.text}]})
         return out
 
     def new_decoder(self) -> GenerateContentDecoder:
-        return GenerateContentDecoder(self._signatures)
+        return GenerateContentDecoder(self._signatures, self._provider_ids)
 
 
 def _role(message: Message) -> str:
@@ -168,9 +192,12 @@ def _part(part: Part) -> dict[str, Any]:
 class GenerateContentDecoder:
     """Decodes one Gemini stream (first candidate only)."""
 
-    def __init__(self, signatures: ThoughtSignatures) -> None:
+    def __init__(self, signatures: ThoughtSignatures, provider_ids: ProviderIds) -> None:
         self._signatures = signatures
+        self._provider_ids = provider_ids
         self._finish_reason: str | None = None
+        self._streamed: StreamedCall | None = None
+        self._streamed_signature: Any = None
 
     @property
     def done(self) -> bool:
@@ -184,8 +211,7 @@ class GenerateContentDecoder:
         if details is not None:
             return [stream_error(details)]
         out: list[ProviderEvent] = []
-        candidates = payload.get("candidates")
-        candidate = candidates[0] if isinstance(candidates, list) and candidates else None
+        candidate = _first_candidate(payload.get("candidates"))
         if isinstance(candidate, dict):
             out.extend(self._parts(candidate.get("content")))
         usage = _usage(payload.get("usageMetadata"))
@@ -201,7 +227,11 @@ class GenerateContentDecoder:
     def finish(self) -> list[ProviderEvent]:
         if self._finish_reason is None:
             return [incomplete_stream("a chunk with a finishReason")]
-        return [Finish(self._finish_reason)]
+        out: list[ProviderEvent] = []
+        if self._streamed is not None:
+            out.append(self._close_streamed(cut=True))
+        out.append(Finish(self._finish_reason))
+        return out
 
     def _parts(self, content: Any) -> list[ProviderEvent]:
         parts = content.get("parts") if isinstance(content, dict) else None
@@ -214,11 +244,48 @@ class GenerateContentDecoder:
                 out.append(ReasoningDelta(text) if part.get("thought") else TextDelta(text))
             call = part.get("functionCall")
             if isinstance(call, dict):
-                out.append(self._call(call, part.get("thoughtSignature")))
+                signature = part.get("thoughtSignature")
+                if is_partial(call) or self._streamed is not None:
+                    out.extend(self._partial(call, signature))
+                else:
+                    out.append(self._call(call, signature))
         return out
 
+    def _partial(self, call: dict[str, Any], signature: Any) -> list[ProviderEvent]:
+        """One part of a streamed call: a new name opens a call, `willContinue: false` or
+        an empty `functionCall {}` closes it."""
+        out: list[ProviderEvent] = []
+        name = call.get("name")
+        if isinstance(name, str) and name and self._streamed is not None:
+            out.append(self._close_streamed(cut=True))
+        if self._streamed is None:
+            if not (isinstance(name, str) and name):
+                return out  # a closing part with nothing open
+            self._streamed = StreamedCall(name, _call_id(call))
+        if signature:
+            self._streamed_signature = signature
+        self._streamed.add(call.get("partialArgs"))
+        if isinstance(call.get("args"), dict):
+            self._streamed.args.update(call["args"])
+        if call.get("willContinue") is not True:
+            out.append(self._close_streamed(cut=False))
+        return out
+
+    def _close_streamed(self, *, cut: bool) -> ToolCallRequest:
+        streamed, self._streamed = self._streamed, None
+        assert streamed is not None
+        signature, self._streamed_signature = self._streamed_signature, None
+        call = self._call(
+            {"name": streamed.name, "id": streamed.call_id, "args": streamed.args}, signature
+        )
+        if cut or streamed.broken:
+            return ToolCallRequest(call.name, call.arguments, call.id, True, call.raw_arguments)
+        return call
+
     def _call(self, call: dict[str, Any], signature: Any) -> ToolCallRequest:
-        call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else None
+        call_id = _call_id(call)
+        if call_id is not None:
+            self._provider_ids.remember(call_id)
         call_id = call_id or mint_call_id()
         if isinstance(signature, str) and signature:
             self._signatures.remember(call_id, signature)
@@ -252,7 +319,25 @@ class GenerateContentDecoder:
                 )
             ]
         self._finish_reason = reason
+        if self._streamed is not None:
+            return [self._close_streamed(cut=True)]
         return []
+
+
+def _call_id(call: dict[str, Any]) -> str | None:
+    value = call.get("id")
+    return value if isinstance(value, str) and value else None
+
+
+def _first_candidate(candidates: Any) -> dict[str, Any] | None:
+    """Candidate 0 by its `index` (absent means 0): with several candidates a chunk may
+    carry only another one, at list position 0."""
+    if not isinstance(candidates, list):
+        return None
+    for candidate in candidates:
+        if isinstance(candidate, dict) and candidate.get("index", 0) == 0:
+            return candidate
+    return None
 
 
 def _prompt_blocked(feedback: Any) -> ProviderError | None:

@@ -9,6 +9,9 @@ that must behave the same for all providers:
   ends quietly, without raising and without a trailing error event;
 - failures are events, not exceptions: HTTP errors, in-band errors, dropped connections and
   malformed events all become one final `ProviderError`, with the API key scrubbed out;
+- capabilities the config declares: tools it may not receive are left out
+  (`allowed_tools`), and the exact echo of a native prefill is dropped (`prefill.EchoStrip`);
+- key rotation (G4, `keys.py`): an auth or rate-limit answer tries the provider's next key;
 - redirects are never followed: a 3xx is an error naming its status and target host;
 - a response read to the end returns its connection to the pool; any other ending closes
   the connection, so nothing outlives the pass.
@@ -27,7 +30,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 
-from fsm.engine.provider import AbortSignal, KeepAlive, PassRequest, ProviderError, ProviderEvent
+from fsm.engine.provider import (
+    AbortSignal,
+    KeepAlive,
+    PassRequest,
+    ProviderError,
+    ProviderEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallRequest,
+)
 
 from .errors import (
     MESSAGE_LIMIT,
@@ -37,7 +49,12 @@ from .errors import (
     redirect_error,
     stream_error,
 )
+from .keys import KeyRing, rotates
+from .prefill import PREFILL_NATIVE, EchoStrip, PrefillMode
 from .sse import SSEComment, SSEEvent, SSEItem, SSEParser
+
+if TYPE_CHECKING:
+    from .context import ToolSpec
 
 if TYPE_CHECKING:
     from .config import ProviderConfig
@@ -85,6 +102,7 @@ class SSEProvider(ABC):
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=config.connect_timeout_s, sock_read=config.read_timeout_s
         )
+        self._keys = KeyRing(len(config.keys()), config.key_bench_s)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, base_url={self.config.endpoint_base!r})"
@@ -115,9 +133,20 @@ class SSEProvider(ABC):
                 body[key] = value
         return body
 
-    def headers(self) -> dict[str, str]:
+    @property
+    def prefill_mode(self) -> PrefillMode:
+        return self.config.prefill_mode
+
+    def allowed_tools(self, tools: list[ToolSpec]) -> list[ToolSpec]:
+        """The request's tools less those the config turns off (Ollama models that answer
+        any tool with HTTP 400)."""
+        return [tool for tool in tools if self.config.tool_allowed(tool.name)]
+
+    def headers(self, api_key: str | None = None) -> dict[str, str]:
+        """Request headers with `api_key` (by default the first configured key)."""
         headers = {"Accept": "text/event-stream", **self.config.extra_headers}
-        key = self.config.api_key.get_secret_value() if self.config.api_key else ""
+        keys = self.config.keys()
+        key = api_key if api_key is not None else (keys[0] if keys else "")
         if key and self.config.api_key_header:
             headers[self.config.api_key_header] = key
         elif key:
@@ -130,21 +159,59 @@ class SSEProvider(ABC):
         if abort.fired:
             return
         body = self.request_body(request)
-        async with contextlib.aclosing(self._exchange(body, abort)) as events:
-            async for event in events:
-                if abort.fired:
-                    return
-                if isinstance(event, ProviderError):
-                    event = self._scrubbed(event)
-                    logger.warning(
-                        "%s: %s (%s): %s", self.name, event.kind, event.type, event.message
-                    )
-                yield event
+        keys = self.config.keys()
+        clock = asyncio.get_running_loop().time
+        order: list[int | None] = list(self._keys.order(clock())) or [None]
+        echo = None
+        if request.prefill and self.prefill_mode == PREFILL_NATIVE:
+            echo = EchoStrip(request.prefill)
+        for attempt, index in enumerate(order):
+            key = keys[index] if index is not None else None
+            next_key = order[attempt + 1] if attempt + 1 < len(order) else None
+            output = False
+            rotate = False
+            refused: ProviderError | None = None
+            async with contextlib.aclosing(self._exchange(body, abort, key)) as events:
+                async for event in events:
+                    if abort.fired:
+                        return
+                    if isinstance(event, ProviderError):
+                        event = self._scrubbed(event)
+                        if index is not None and next_key is not None and not output \
+                                and rotates(event):
+                            self._keys.failed(index, event, clock())
+                            logger.warning("%s: key #%d refused (%s %s); trying key #%d",
+                                           self.name, index, event.status, event.type,
+                                           next_key)
+                            rotate = True
+                            break
+                        if rotates(event):
+                            refused = event
+                        if len(keys) > 1 and index is not None:
+                            event = dataclasses.replace(
+                                event, message=f"{event.message} (key #{index})"
+                            )
+                        logger.warning(
+                            "%s: %s (%s): %s", self.name, event.kind, event.type, event.message
+                        )
+                    elif isinstance(event, TextDelta | ToolCallRequest | ReasoningDelta):
+                        output = True
+                    for out in echo.feed(event) if echo is not None else (event,):
+                        yield out
+            if not rotate:
+                if index is not None and refused is not None:
+                    self._keys.failed(index, refused, clock())
+                elif index is not None:
+                    self._keys.worked(index)
+                break
+        if echo is not None and not abort.fired:
+            for out in echo.finish():
+                yield out
 
     async def _exchange(
-        self, body: dict[str, Any], abort: AbortSignal
+        self, body: dict[str, Any], abort: AbortSignal, api_key: str | None = None
     ) -> AsyncGenerator[ProviderEvent, None]:
-        opening = asyncio.ensure_future(self._open(body))
+        opening = asyncio.ensure_future(self._open(body, api_key))
 
         def cancel_opening() -> None:
             opening.cancel()
@@ -186,7 +253,9 @@ class SSEProvider(ABC):
             else:
                 response.close()
 
-    async def _open(self, body: dict[str, Any]) -> aiohttp.ClientResponse:
+    async def _open(
+        self, body: dict[str, Any], api_key: str | None = None
+    ) -> aiohttp.ClientResponse:
         """POST the body; tool results may hold values JSON lacks (dates), sent as strings.
 
         Redirects are never followed: aiohttp would forward key headers other than
@@ -194,7 +263,7 @@ class SSEProvider(ABC):
         return await self._session.post(
             self.endpoint(),
             data=json.dumps(body, ensure_ascii=False, default=str).encode(),
-            headers={"Content-Type": "application/json", **self.headers()},
+            headers={"Content-Type": "application/json", **self.headers(api_key)},
             params=self.query() or None,
             timeout=self._timeout,
             allow_redirects=False,
@@ -266,9 +335,13 @@ class SSEProvider(ABC):
 
 
 def _decode(items: Iterable[SSEItem], decoder: StreamDecoder) -> Iterator[ProviderEvent]:
+    """Comments and events with empty data are heartbeats (gateways send `data:` lines with
+    nothing after them); only events with data reach the decoder."""
     for item in items:
         if isinstance(item, SSEComment):
             yield KeepAlive(item.text)
+        elif not item.data.strip() and item.event != "error":
+            yield KeepAlive("empty event")
         elif not decoder.done:
             yield from decoder.feed(item)
 

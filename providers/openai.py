@@ -2,24 +2,39 @@
 
 Servers that speak this format disagree in small ways, and each one is tolerated here:
 
-- tool-call fragments are joined by `index`; servers that omit it (or reuse index 0 for
-  every call) are told apart by call id; missing ids are minted;
+- tool-call fragments are joined by `index`; at one index a new call starts only when a
+  delta names a different function, or names one again after the previous call's arguments
+  already formed a whole object (servers that reuse index 0 for every call). A changed id
+  alone is not a new call (some servers mint one per delta), and ids and names repeated on
+  every delta are kept once, not concatenated; missing ids are minted;
+- a stream that ends — by `[DONE]` or by closing — without a finish reason is incomplete,
+  an error the engine falls back on, whatever text came before it;
 - `finish_reason: "stop"` with tool calls (llama.cpp, some vLLM parsers) still yields the
   calls: calls are emitted on any finish reason, and the provider's word is kept as is;
 - usage may come in a final chunk with empty `choices` (OpenAI, OpenRouter), inside the
   finishing choice chunk (Ollama, older servers), or not at all (vLLM without
   `stream_options`);
 - errors after HTTP 200 arrive as `data: {"error": ...}` (OpenRouter adds an integer
-  `code`), or as an SSE `event: error`;
+  `code`), as an SSE `event: error`, or as llama.cpp's legacy `error: {"code", "message",
+  "type"}` line (read by the SSE parser as an `error` event);
 - `reasoning_content` (vLLM, llama.cpp, DeepSeek) and `reasoning` (OpenRouter, Ollama) are
   thinking text, not the reply;
 - `[DONE]` may be absent (Ollama): a clean close after a finish reason is a normal end;
 - Azure's `content_filter` finish is a block, like Gemini's SAFETY.
+
+Requests follow the config's capabilities: the output limit's field name
+(`max_completion_tokens` for OpenAI's reasoning models), the tools allowed, the prefill mode
+(`prefix: true` for Mistral), and Mistral's message rules (`dialect="mistral"`): tool-call
+ids of exactly nine letters and digits, and an assistant turn between a tool result and a
+following user turn.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import string
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,9 +58,15 @@ from .context import (
 )
 from .errors import ErrorDetails, error_details, incomplete_stream, stream_error
 from .http import SSEProvider
+from .prefill import PREFILL_INSTRUCTION, PREFILL_PREFIX_FLAG, PrefillMode, prefill_message
 from .sse import SSEEvent, json_payload
 from .toolcalls import tool_call
 from .usage import nonzero, token_count
+
+_MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
+_ALPHANUMERIC = string.ascii_letters + string.digits
+MISTRAL_BRIDGE = "(Tool results received.)"
+"""The assistant turn Mistral requires between a tool result and the next user turn."""
 
 
 class OpenAIProvider(SSEProvider):
@@ -58,13 +79,14 @@ class OpenAIProvider(SSEProvider):
         return {"Authorization": f"Bearer {api_key}"}
 
     def build_body(self, request: PassRequest) -> dict[str, Any]:
+        mistral = self.config.message_dialect == "mistral"
         body: dict[str, Any] = {
             "model": self.config.model,
-            "messages": chat_messages(request),
+            "messages": chat_messages(request, self.prefill_mode, mistral=mistral),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        tools = normalize_tools(request.tools)
+        tools = self.allowed_tools(normalize_tools(request.tools))
         if tools:
             body["tools"] = [
                 {
@@ -78,15 +100,18 @@ class OpenAIProvider(SSEProvider):
                 for tool in tools
             ]
         if self.config.max_output_tokens is not None:
-            body["max_tokens"] = self.config.max_output_tokens
+            body[self.config.output_limit_field] = self.config.max_output_tokens
         return body
 
     def new_decoder(self) -> ChatCompletionsDecoder:
         return ChatCompletionsDecoder()
 
 
-def chat_messages(request: PassRequest) -> list[dict[str, Any]]:
+def chat_messages(
+    request: PassRequest, prefill_mode: PrefillMode = "native", *, mistral: bool = False
+) -> list[dict[str, Any]]:
     """System prompt, context, function history, notices, then the prefill last (S1, T7)."""
+    call_id = mistral_call_id if mistral else _same
     messages: list[dict[str, Any]] = []
     if request.system_prompt:
         messages.append({"role": "system", "content": request.system_prompt})
@@ -96,7 +121,7 @@ def chat_messages(request: PassRequest) -> list[dict[str, Any]]:
             "role": "assistant",
             "tool_calls": [
                 {
-                    "id": call.call_id,
+                    "id": call_id(call.call_id),
                     "type": "function",
                     "function": {"name": call.entry.tool_name, "arguments": call.arguments_json},
                 }
@@ -105,13 +130,48 @@ def chat_messages(request: PassRequest) -> list[dict[str, Any]]:
         if call.entry.pre_tool_text:
             assistant["content"] = call.entry.pre_tool_text
         messages.append(assistant)
-        messages.append({"role": "tool", "tool_call_id": call.call_id, "content": call.result_json})
+        messages.append(
+            {"role": "tool", "tool_call_id": call_id(call.call_id), "content": call.result_json}
+        )
     notices = notices_text(request)
     if notices:
         messages.append({"role": "user", "content": notices})
-    if request.prefill:
-        messages.append({"role": "assistant", "content": request.prefill})
-    return messages
+    prefill = prefill_message(prefill_mode, request.prefill)
+    if prefill is not None and prefill.mode == PREFILL_INSTRUCTION:
+        messages.append({"role": "user", "content": prefill.text})
+    elif prefill is not None:
+        final: dict[str, Any] = {"role": "assistant", "content": prefill.text}
+        if prefill.mode == PREFILL_PREFIX_FLAG:
+            final["prefix"] = True
+        messages.append(final)
+    return _bridge_tool_results(messages) if mistral else messages
+
+
+def mistral_call_id(call_id: str) -> str:
+    """Mistral accepts only ids of nine letters and digits: others are mapped, the same
+    way for a call and its result, by a hash of the original id."""
+    if _MISTRAL_ID.fullmatch(call_id):
+        return call_id
+    number = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
+    out = []
+    for _ in range(9):
+        number, digit = divmod(number, len(_ALPHANUMERIC))
+        out.append(_ALPHANUMERIC[digit])
+    return "".join(out)
+
+
+def _bridge_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mistral rejects a user turn right after a tool result: put an assistant turn between."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message["role"] == "user" and out and out[-1]["role"] == "tool":
+            out.append({"role": "assistant", "content": MISTRAL_BRIDGE})
+        out.append(message)
+    return out
+
+
+def _same(call_id: str) -> str:
+    return call_id
 
 
 def _message(message: Message) -> dict[str, Any]:
@@ -155,7 +215,8 @@ class ChatCompletionsDecoder:
         if isinstance(payload, ProviderError):
             return [payload]
         if payload.get("error") or event.event == "error":
-            details = error_details(payload) or ErrorDetails(
+            bare = {"error": payload} if "error" not in payload else payload
+            details = error_details(bare) or ErrorDetails(
                 str(payload.get("message", event.data))
             )
             return [stream_error(details)]
@@ -174,8 +235,10 @@ class ChatCompletionsDecoder:
         return out
 
     def finish(self) -> list[ProviderEvent]:
-        if self._finish_reason is None and not self._done:
-            return [incomplete_stream("a finish reason or [DONE]")]
+        if self._finish_reason is None:
+            marker = "a finish reason ([DONE] came without one)" if self._done else \
+                "a finish reason"
+            return [incomplete_stream(marker)]
         out = self._flush_calls()
         if self._finish_reason is not None:
             out.append(Finish(self._finish_reason))
@@ -216,12 +279,14 @@ class ChatCompletionsDecoder:
         function = call.get("function")
         if not isinstance(function, dict):
             function = {}
-        pending = self._pending_for(call, function)
-        call_id = call.get("id")
-        if isinstance(call_id, str) and call_id and pending.id is None:
-            pending.id = call_id
         name = function.get("name")
-        if isinstance(name, str) and name and not pending.name:
+        name = name if isinstance(name, str) and name else None
+        call_id = call.get("id")
+        call_id = call_id if isinstance(call_id, str) and call_id else None
+        pending = self._pending_for(call, name, call_id)
+        if call_id is not None and pending.id is None:
+            pending.id = call_id
+        if name is not None and not pending.name:
             pending.name = name
         arguments = function.get("arguments")
         if isinstance(arguments, str):
@@ -229,17 +294,14 @@ class ChatCompletionsDecoder:
         elif isinstance(arguments, dict):
             pending.fragments = [_json(arguments)]
 
-    def _pending_for(self, call: dict[str, Any], function: dict[str, Any]) -> _PendingCall:
+    def _pending_for(
+        self, call: dict[str, Any], name: str | None, call_id: str | None
+    ) -> _PendingCall:
         index = call.get("index")
         index = index if isinstance(index, int) and not isinstance(index, bool) else None
-        call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else None
-        for pending in reversed(self._calls):
-            same_index = index is not None and pending.index == index
-            same_id = call_id is not None and pending.id == call_id
-            if same_id or (same_index and (call_id is None or pending.id is None)):
-                return pending
-        if index is None and call_id is None and not function.get("name") and self._calls:
-            return self._calls[-1]
+        current = next((p for p in reversed(self._calls) if p.index == index), None)
+        if current is not None and not _starts_new_call(current, name, call_id):
+            return current
         pending = _PendingCall(index)
         self._calls.append(pending)
         return pending
@@ -254,6 +316,26 @@ class ChatCompletionsDecoder:
         ]
         self._calls = []
         return calls
+
+
+def _starts_new_call(current: _PendingCall, name: str | None, call_id: str | None) -> bool:
+    """At one index, a delta begins another call only when it names a function and that is
+    either a different one, or the same one under a different id after the current call's
+    arguments already form a whole object (parallel calls of one function at index 0)."""
+    if name is None or not current.name:
+        return False
+    if name != current.name:
+        return True
+    if call_id is None or current.id is None or call_id == current.id:
+        return False
+    return _whole_object("".join(current.fragments))
+
+
+def _whole_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except json.JSONDecodeError:
+        return False
 
 
 def _usage(raw: Any) -> Usage | None:

@@ -2,9 +2,12 @@
 
 Network chunks split lines (and UTF-8 characters) anywhere, so the parser buffers bytes and
 only decodes complete lines. It follows the WHATWG event-stream rules (LF, CRLF or CR line
-ends, `data` lines joined with newlines, one optional space after the colon), with one
-deliberate difference: a final event that lacks its blank line is still dispatched at EOF,
-because servers that close the connection right after the last `data:` line are common.
+ends, `data` lines joined with newlines, one optional space after the colon), with two
+deliberate differences: a final event that lacks its blank line is still dispatched at EOF,
+because servers that close the connection right after the last `data:` line are common; and
+an `error:` line (llama.cpp's server reports failures such as a context overflow as
+`error: {...}` before `data: [DONE]`) is read as the data of an event named `error` instead
+of being ignored as an unknown field, so the failure is not lost.
 """
 
 from __future__ import annotations
@@ -94,6 +97,9 @@ class SSEParser:
         if colon:
             value = value.removeprefix(" ")
         if name == "data":
+            self._data.append(value)
+        elif name == "error":
+            self._event = "error"
             self._data.append(value)
         elif name == "event":
             self._event = value
