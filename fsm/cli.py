@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .review.diagram import add_diagram_commands
 from .review.journal import jsonable, write_journal
+from .review.web.command import add_review_command
 from .scenarios.format import ScenarioError, load_scenario
 from .scenarios.runner import play_virtual, read_journal, replay_difference
 
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--journals", default="journals", help="where journals are written")
     p.set_defaults(func=cmd_demo)
     add_diagram_commands(sub)
+    add_review_command(sub)
     return parser
 
 

@@ -11,6 +11,15 @@ if ! command -v dot >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq graphviz >/dev/null
 fi
 
+# The review page's browser test drives Debian's Chromium with Playwright (Playwright's own
+# browser download needs the internet).
+if [ ! -x /usr/bin/chromium ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi

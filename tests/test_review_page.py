@@ -1,0 +1,263 @@
+"""The review page (issue 18 item 2): its JSON over a folder of journals, and the page itself
+in a real headless Chromium driven by Playwright — list, filter, open a turn, step through it,
+a heat map of several — with journal text that tries to be markup shown as text."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import ClientSession
+from aiohttp.test_utils import TestServer
+
+from fsm.review.inspect import load_journal
+from fsm.review.web.server import create_app
+from fsm.review.web.story import story
+from fsm.scenarios.demo import main as play_built_in_turns
+
+from engine_support import ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+SCREENSHOT_ENV = "REVIEW_SCREENSHOT"
+"""Set to a path (docs/review-page.png) to refresh the README's screenshot from the test."""
+HOSTILE_NAME = '<img src=x onerror="window.__pwned=1">'
+HOSTILE_TEXT = "<script>window.__pwned=2</script> & <b>not bold</b>"
+
+
+def _day(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+@pytest.fixture(scope="module")
+def journals(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The five built-in turns as live journals, a turn whose text is markup, a broken file,
+    each with a known date."""
+    folder = tmp_path_factory.mktemp("journals")
+    play_built_in_turns(folder, out=io.StringIO())
+    hostile = json.loads((folder / "01_plain_reply.json").read_text(encoding="utf-8"))
+    hostile["name"] = HOSTILE_NAME
+    hostile["passes"][0][0]["text"] = HOSTILE_TEXT
+    hostile["result"]["text"] = hostile["result"]["delivered_text"] = HOSTILE_TEXT
+    hostile["result"]["pass_results"][0]["text"] = HOSTILE_TEXT
+    nested = folder / "2026-03"
+    nested.mkdir()
+    (nested / "markup.json").write_text(json.dumps(hostile), encoding="utf-8")
+    (folder / "broken.json").write_text('{"journal": [', encoding="utf-8")
+    dates = {"01_plain_reply.json": "2026-03-01T10:00", "02_tool_call.json": "2026-03-02T10:00",
+             "03_context_restart.json": "2026-03-03T10:00", "04_idle_timeout.json":
+             "2026-03-04T10:00", "05_kill.json": "2026-03-05T10:00",
+             "2026-03/markup.json": "2026-03-06T10:00", "broken.json": "2026-03-06T11:00"}
+    for name, when in dates.items():
+        os.utime(folder / name, (_day(when), _day(when)))
+    return folder
+
+
+@pytest_asyncio.fixture
+async def server(journals: Path) -> AsyncIterator[TestServer]:
+    """The review app over real HTTP on loopback."""
+    async with TestServer(create_app(journals), host="127.0.0.1") as srv:
+        yield srv
+
+
+async def _get(srv: TestServer, path: str, **headers: str) -> tuple[int, str, dict[str, str]]:
+    async with ClientSession() as session, \
+            session.get(srv.make_url(path), headers=headers) as response:
+        return response.status, await response.text(), dict(response.headers)
+
+
+async def _names(srv: TestServer, query: str) -> list[str]:
+    status, body, _ = await _get(srv, f"/api/journals?{query}")
+    assert status == 200, body
+    return [row["name"] for row in json.loads(body)["rows"]]
+
+
+@pytest.mark.asyncio
+async def test_list_filters_and_search(server: TestServer) -> None:
+    # covers issue 18 item 2 (list, filters, search) over journals of S16 kill, S11 timeout
+    status, body, headers = await _get(server, "/api/journals")
+    data = json.loads(body)
+    assert status == 200 and data["total"] == 6 and data["matching"] == 6
+    assert [r["id"] for r in data["rows"]][:2] == ["2026-03/markup.json", "05_kill.json"]
+    assert data["problems"][0]["id"] == "broken.json"
+    assert "\n" not in data["problems"][0]["error"]
+    assert data["facets"]["state"] == ["Done", "Stopped", "TimedOut"]
+    assert "script-src 'self'" in headers["Content-Security-Policy"]
+    assert await _names(server, "state=Stopped") == ["kill"]
+    assert await _names(server, "status=timeout") == ["idle_timeout"]
+    assert await _names(server, "notice=timeout_idle") == ["idle_timeout"]
+    assert await _names(server, "tool=get_weather") == ["tool_call"]
+    assert sorted(await _names(server, "tool=(none)")) == sorted(
+        ["kill", "idle_timeout", "plain_reply", HOSTILE_NAME])
+    assert await _names(server, "min_duration=5&max_duration=60") == ["kill"]
+    assert await _names(server, "max_duration=2&state=Done") == [HOSTILE_NAME, "plain_reply"]
+    assert await _names(server, "since=2026-03-02&until=2026-03-03") == [
+        "context_restart", "tool_call"]
+    assert await _names(server, "q=TINY+hat") == ["context_restart"]
+    assert await _names(server, "q=snowing+oslo") == ["tool_call"]
+    assert await _names(server, "q=snowing+paris") == []
+
+
+@pytest.mark.asyncio
+async def test_bad_requests_get_one_line_answers(server: TestServer) -> None:
+    # covers issue 18 item 2: bad input is refused with one line; no file outside the folder
+    for path, code, words in [
+        ("/api/journals?min_duration=soon", 400, "min_duration: 'soon' is not a number"),
+        ("/api/journals?since=yesterday", 400, "since: 'yesterday' is not a date"),
+        ("/api/journals?colour=red", 400, "unknown filter 'colour'"),
+        ("/api/story", 400, "id: name at least one journal"),
+        ("/api/story?id=../../etc/passwd", 404, "is not a journal of the folder"),
+        ("/api/story?id=broken.json", 404, "is not a journal of the folder"),
+        ("/api/diagram.svg?id=nope.json", 404, "is not a journal of the folder"),
+        ("/static/../server.py", 404, ""),
+    ]:
+        status, body, _ = await _get(server, path)
+        assert status == code, (path, body)
+        assert words in body and body.count("\n") <= 1, (path, body)
+    status, body, _ = await _get(server, "/", Host="attacker.example")
+    assert status == 421 and "answers only to 127.0.0.1" in body
+    assert (await _get(server, "/", Host="localhost:8018"))[0] == 200
+
+
+def test_story_shows_the_text_delivered_at_each_transition(journals: Path) -> None:
+    # covers issue 18 item 2 (step-through): R1/R9 restart then the next pass; S10/S13 a
+    # timed-out pass keeps what landed as it settled
+    restart = story(load_journal(journals / "03_context_restart.json"))
+    steps = [(s["event"], s["pass"], s["text"]) for s in restart["steps"]]
+    assert steps == [
+        ("begin", 1, ""), ("tool_call", 1, ""), ("restart_requested", None, ""),
+        ("restart", None, ""), ("begin", 2, ""),
+        ("first_token", 2, "Your avatar is a cat in a tiny hat."),
+        ("completed", 2, "Your avatar is a cat in a tiny hat.")]
+    assert restart["tools"][0]["name"] == "peek_profile_picture"
+    assert restart["tools"][0]["outcome"]["success"] is True
+    assert [r["event"] for r in restart["restarts"]] == ["restart_requested", "restart"]
+    timeout = story(load_journal(journals / "04_idle_timeout.json"))
+    by_event = {s["event"]: s["text"] for s in timeout["steps"]}
+    assert by_event["first_token"] == "The three reasons are"
+    assert by_event["settled"] == "The three reasons are first,"
+    assert timeout["passes"][0]["ended_by"] == "settled"
+
+
+def test_review_command_refuses_a_missing_folder(tmp_path: Path) -> None:
+    # covers issue 18 item 2: `python -m fsm review` names the problem in one line
+    proc = subprocess.run([sys.executable, "-m", "fsm", "review", str(tmp_path / "nope")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: {tmp_path / 'nope'}: not a folder of journals"
+
+
+@pytest.mark.asyncio
+async def test_the_page_in_a_real_browser(server: TestServer, tmp_path: Path) -> None:
+    # covers issue 18 item 2 in headless Chromium: filter, search, open a turn (R1 restart,
+    # S16 kill), step through it, heat map; journal markup stays text
+    assert CHROMIUM.exists(), "Debian's chromium is missing: run scripts/setup.sh"
+    from playwright.async_api import async_playwright, expect
+
+    base = str(server.make_url("/"))
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=str(CHROMIUM), args=CHROMIUM_ARGS,
+            headless=True, viewport={"width": 1440, "height": 1000})
+        try:
+            page = browser.pages[0] if browser.pages else await browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            offsite: list[str] = []
+            page.on("request", lambda r: offsite.append(r.url)
+                    if not r.url.startswith(base) else None)
+            await page.goto(base)
+            rows = page.locator("#rv-rows tr")
+            await expect(rows).to_have_count(6)
+            await expect(page.locator("#rv-problems-title")).to_have_text(
+                "1 file not readable as a journal")
+            markup_row = page.locator('tr[data-id="2026-03/markup.json"]')
+            await expect(markup_row.locator(".rv-open")).to_have_text(HOSTILE_NAME)
+            await expect(markup_row.locator(".rv-preview")).to_have_text(HOSTILE_TEXT)
+
+            await page.select_option("#rv-f-state", "Stopped")
+            await expect(rows).to_have_count(1)
+            await expect(rows.first.locator(".rv-open")).to_have_text("kill")
+            await page.click("#rv-clear")
+            await expect(rows).to_have_count(6)
+            await page.fill("#rv-f-q", "tiny hat")
+            await expect(rows).to_have_count(1)
+            await page.fill("#rv-f-q", "")
+            await page.fill("#rv-f-min", "3")
+            await page.press("#rv-f-min", "Enter")
+            await expect(rows).to_have_count(3)
+            await page.click("#rv-clear")
+            await expect(rows).to_have_count(6)
+
+            await page.click('tr[data-id="03_context_restart.json"] .rv-open')
+            await expect(page.locator("body")).to_have_attribute(
+                "data-turn-loaded", "03_context_restart.json")
+            await expect(page.locator("#rv-diagram svg")).to_have_count(1)
+            await expect(page.locator("#rv-timeline li")).to_have_count(7)
+            await expect(page.locator("#rv-step-label")).to_have_text("transition 1 of 7")
+            current_edge = page.locator('#rv-diagram g.edge.rv-current')
+            await expect(current_edge).to_have_attribute(
+                "id", "begin:Preparing:AwaitingFirstToken")
+            await expect(page.locator("#rv-now-text")).to_have_text("(nothing yet)")
+            await expect(page.locator("#rv-tools tr")).to_have_count(1)
+            await expect(page.locator("#rv-tools")).to_contain_text("peek_profile_picture")
+            for _ in range(2):
+                await page.click("#rv-next")
+            await expect(current_edge).to_have_attribute(
+                "id", "restart_requested:ToolCall:ContextRestart")
+            await expect(page.locator("#rv-diagram g.node.rv-current")).to_have_attribute(
+                "id", "ContextRestart")
+            await page.keyboard.press("ArrowRight")
+            await page.keyboard.press("ArrowRight")
+            await page.keyboard.press("ArrowRight")
+            await expect(page.locator("#rv-step-label")).to_have_text("transition 6 of 7")
+            await expect(current_edge).to_have_attribute(
+                "id", "first_token:AwaitingFirstToken:Streaming")
+            await expect(page.locator("#rv-now-text")).to_have_text(
+                "Your avatar is a cat in a tiny hat.")
+            await expect(page.locator("#rv-timeline li.rv-current")).to_contain_text(
+                "first_token")
+            await expect(page.locator("#rv-next")).to_be_enabled()
+            await page.click("#rv-next")
+            await expect(page.locator("#rv-next")).to_be_disabled()
+            await page.click("#rv-prev")
+            await page.screenshot(path=str(tmp_path / "review.png"), full_page=False)
+            screenshot = os.environ.get(SCREENSHOT_ENV)
+            if screenshot:
+                await page.screenshot(path=screenshot, full_page=False)
+
+            await page.click("#rv-turn-view .rv-back")
+            await expect(rows).to_have_count(6)
+            await page.check('tr[data-id="05_kill.json"] .rv-pick')
+            await expect(page.locator("#rv-heat-button")).to_be_disabled()
+            await page.check('tr[data-id="04_idle_timeout.json"] .rv-pick')
+            await page.click("#rv-heat-button")
+            await expect(page.locator("body")).to_have_attribute("data-heat-loaded", "2")
+            await expect(page.locator("#rv-heat svg")).to_contain_text("2 journals")
+            await expect(page.locator("#rv-heat svg")).to_contain_text("1× Stopped")
+
+            await page.goto(base + "#turn=" + "2026-03%2Fmarkup.json")
+            await expect(page.locator("body")).to_have_attribute(
+                "data-turn-loaded", "2026-03/markup.json")
+            await expect(page.locator("#rv-turn-title")).to_have_text(HOSTILE_NAME)
+            await page.click("#rv-last")
+            await expect(page.locator("#rv-now-text")).to_have_text(HOSTILE_TEXT)
+            pwned: Any = await page.evaluate("window.__pwned")
+            assert pwned is None
+            assert await page.locator("#rv-now-text b, #rv-rows img, script:not([src])").count() \
+                == 0
+            assert errors == [] and offsite == []
+        finally:
+            await browser.close()
+    assert (tmp_path / "review.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
