@@ -1,5 +1,31 @@
-"""Test support for Discord I/O: a loopback REST emulator real discord.py can log in to."""
+"""Test support for Discord I/O: a loopback Discord (REST, CDN and gateway) that real
+discord.py logs in and connects to, held to Discord's OpenAPI spec (docs/emulator.md)."""
 
-from .emulator import CdnFile, DiscordEmulator, Fault, RecordedRequest, emulated_discord
+from .emulator import (
+    CdnFile,
+    DiscordEmulator,
+    Fault,
+    RecordedRequest,
+    connected_discord,
+    emulated_discord,
+    pointed_at,
+    running_client,
+)
+from .gateway import Gateway, ReceivedPayload, Session
+from .spec_validation import SpecViolation, SpecViolationError
 
-__all__ = ["CdnFile", "DiscordEmulator", "Fault", "RecordedRequest", "emulated_discord"]
+__all__ = [
+    "CdnFile",
+    "DiscordEmulator",
+    "Fault",
+    "Gateway",
+    "ReceivedPayload",
+    "RecordedRequest",
+    "Session",
+    "SpecViolation",
+    "SpecViolationError",
+    "connected_discord",
+    "emulated_discord",
+    "pointed_at",
+    "running_client",
+]

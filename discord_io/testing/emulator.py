@@ -25,15 +25,17 @@ import json
 import math
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import discord
+import yarl
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from .gateway import GATEWAY_PATH, Gateway
 from .spec_validation import SpecViolation, SpecViolationError, shared_validator
 
 JsonDict = dict[str, Any]
@@ -201,6 +203,7 @@ class DiscordEmulator:
         self.base_url = ""
         self.cdn_base = ""
 
+        self.gateway = Gateway(self)
         self.bot = self.add_user("turnbot", global_name="Turn Bot", bot=True)
         self.bot_id = int(self.bot["id"])
         self.application_id = self.bot_id
@@ -210,6 +213,10 @@ class DiscordEmulator:
         self.alice_id = int(self.alice["id"])
 
     # ---- clock and ids -------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The loop's clock (0 outside a running loop)."""
+        return self._now()
 
     def _now(self) -> float:
         try:
@@ -263,8 +270,12 @@ class DiscordEmulator:
         return user
 
     def add_guild(self, name: str) -> int:
-        """A guild the bot is in (its members: the bot; add more with `add_member`)."""
-        guild_id = self.next_id()
+        """A guild the bot is in (its members: the bot; add more with `add_member`).
+
+        Each guild's id is a millisecond later than the last one's, so consecutive guilds
+        fall on consecutive shards (`(guild_id >> 22) % shards`)."""
+        guild_id = self.next_id() + (len(self.guilds) << 22)
+        self._last_id = guild_id
         self.guilds[guild_id] = {"id": str(guild_id), "name": name, "members": [self.bot_id]}
         return guild_id
 
@@ -483,6 +494,7 @@ class DiscordEmulator:
         host, port = self._runner.addresses[0][:2]
         self.base_url = f"http://{host}:{port}{API_PREFIX}"
         self.cdn_base = f"http://{host}:{port}{CDN_PREFIX}"
+        self.gateway.bind(f"http://{host}:{port}")
         return self.base_url
 
     def cdn_url(self, path: str) -> str:
@@ -492,6 +504,7 @@ class DiscordEmulator:
     async def stop(self, *, check: bool = True) -> None:
         """Close the server; then, with `check`, raise the spec violations it saw."""
         if self._runner is not None:
+            await self.gateway.aclose()
             await self._runner.cleanup()
             self._runner = None
         if check:
@@ -522,6 +535,9 @@ class DiscordEmulator:
     def _add_routes(self, app: web.Application) -> None:
         p = API_PREFIX
         r = app.router
+        r.add_get(p + "/gateway", self._get_gateway)
+        r.add_get(p + "/gateway/bot", self._get_bot_gateway)
+        r.add_get(GATEWAY_PATH, self.gateway.handle)
         r.add_get(p + "/users/@me", self._get_me)
         r.add_get(p + "/users/{user_id}", self._get_user)
         r.add_get(p + "/oauth2/applications/@me", self._get_application)
@@ -561,6 +577,8 @@ class DiscordEmulator:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path == GATEWAY_PATH:  # the websocket: not a REST call
+            return await handler(request)
         resource = request.match_info.route.resource
         template = resource.canonical if resource is not None else request.path
         route = f"{request.method} {template.removeprefix(API_PREFIX)}"
@@ -783,6 +801,12 @@ class DiscordEmulator:
 
     async def _no_content(self, request: web.Request) -> web.Response:
         return web.Response(status=204)
+
+    async def _get_gateway(self, request: web.Request) -> web.Response:
+        return _json_response({"url": self.gateway.url})
+
+    async def _get_bot_gateway(self, request: web.Request) -> web.Response:
+        return _json_response(self.gateway.bot_gateway())
 
     async def _get_me(self, request: web.Request) -> web.Response:
         return _json_response({**self.bot, "mfa_enabled": False, "locale": "en-US"})
@@ -1043,36 +1067,113 @@ class DiscordEmulator:
         return _json_response(self._webhook_message(self._body(request) or {}))
 
 
+@contextmanager
+def pointed_at(emulator: DiscordEmulator) -> Iterator[None]:
+    """Point discord.py's REST base, CDN base and default gateway at `emulator` (started);
+    restored on exit."""
+    previous = (discord.http.Route.BASE, discord.Asset.BASE,
+                discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
+    discord.http.Route.BASE = emulator.base_url
+    discord.Asset.BASE = emulator.cdn_base
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(emulator.gateway.url)
+    try:
+        yield
+    finally:
+        (discord.http.Route.BASE, discord.Asset.BASE,
+         discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY) = previous
+
+
 @asynccontextmanager
 async def emulated_discord(
     token: str = DEFAULT_TOKEN,
     *,
     client_factory: Callable[[], discord.Client] | None = None,
 ) -> AsyncIterator[tuple[DiscordEmulator, discord.Client]]:
-    """Start an emulator, point discord.py at it and log a client in (no gateway).
+    """Start an emulator, point discord.py at it and log a client in (no gateway
+    connection: tests feed events to ``client._connection`` themselves, or use
+    `connected_discord`).
 
-    ``Route.BASE`` (REST) and ``Asset.BASE`` (CDN) point at the emulator while inside;
-    both are restored and everything is closed on exit.
+    Everything is restored and closed on exit; then the spec violations seen, if any, fail
+    the test.
     """
     emulator = DiscordEmulator(token)
     await emulator.start()
-    previous_base, previous_cdn = discord.http.Route.BASE, discord.Asset.BASE
-    discord.http.Route.BASE = emulator.base_url
-    discord.Asset.BASE = emulator.cdn_base
-    client = (
-        client_factory()
-        if client_factory is not None
-        else discord.Client(intents=discord.Intents.default())
-    )
     failed = False
+    with pointed_at(emulator):
+        client = (
+            client_factory()
+            if client_factory is not None
+            else discord.Client(intents=discord.Intents.default())
+        )
+        try:
+            await client.login(token)
+            yield emulator, client
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            await client.close()
+    await emulator.stop(check=not failed)
+
+
+@asynccontextmanager
+async def running_client(
+    emulator: DiscordEmulator, client: discord.Client, *, ready_timeout: float = 120.0
+) -> AsyncIterator[asyncio.Task[None]]:
+    """``client.start(token)`` against a started emulator, as in production: login, the
+    gateway, READY and every GUILD_CREATE. Yields the task running the client once it is
+    ready (a client that fails to start raises here instead); closes it on exit."""
+    task = asyncio.create_task(client.start(emulator.token), name="discord-client")
+    ready = asyncio.create_task(client.wait_until_ready(), name="discord-client-ready")
     try:
-        await client.login(token)
-        yield emulator, client
-    except BaseException:
-        failed = True
-        raise
+        async with asyncio.timeout(ready_timeout):
+            await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            ready.cancel()
+            task.result()
+            raise RuntimeError("the client stopped before it was ready")
+        yield task
     finally:
-        await client.close()
-        discord.http.Route.BASE = previous_base
-        discord.Asset.BASE = previous_cdn
-        await emulator.stop(check=not failed)
+        ready.cancel()
+        if not client.is_closed():
+            await client.close()
+        if not task.done():
+            task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+
+
+@asynccontextmanager
+async def connected_discord(
+    token: str = DEFAULT_TOKEN,
+    *,
+    client_factory: Callable[[], discord.Client] | None = None,
+    setup: Callable[[DiscordEmulator, discord.Client], None] | None = None,
+    shards: int = 1,
+    validate: bool = True,
+) -> AsyncIterator[tuple[DiscordEmulator, discord.Client]]:
+    """An emulator and a client started through the gateway (`running_client`).
+
+    `setup(emulator, client)` runs before the start: seed channels and users, attach event
+    handlers or a bot. `shards` is the count GET /gateway/bot recommends (an
+    `AutoShardedClient` follows it).
+    """
+    emulator = DiscordEmulator(token, validate=validate)
+    emulator.gateway.shards = shards
+    await emulator.start()
+    failed = False
+    with pointed_at(emulator):
+        client = (
+            client_factory()
+            if client_factory is not None
+            else discord.Client(intents=discord.Intents.default())
+        )
+        if setup is not None:
+            setup(emulator, client)
+        try:
+            async with running_client(emulator, client):
+                yield emulator, client
+        except BaseException:
+            failed = True
+            raise
+    await emulator.stop(check=not failed)
