@@ -178,6 +178,12 @@ class Turn:
         self._tools.recorder = value
 
     @property
+    def pass_results(self) -> tuple[PassResult, ...]:
+        """The passes so far; a pass's result is final once the pass has ended (what an
+        observer reads at the transition that ends it)."""
+        return tuple(self._passes)
+
+    @property
     def elapsed(self) -> float:
         return (self._loop.time() if self._loop else 0.0) - self._t0
 

@@ -1,0 +1,27 @@
+"""The operator's telemetry settings: what to export and where; everything off by default."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TelemetryConfig(BaseModel):
+    """Traces (OpenTelemetry, OTLP over HTTP) and metrics (Prometheus endpoint), each off
+    unless switched on. Nested in the bot's settings it reads, e.g.,
+    `TURN_TELEMETRY__TRACES=true` and `TURN_TELEMETRY__METRICS_PORT=9464`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    traces: bool = False
+    otlp_endpoint: str | None = None
+    """Where spans go (`http://127.0.0.1:4318/v1/traces`); unset, the OTLP exporter reads
+    the standard `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT`."""
+    service_name: str = Field(default="turn-engine", min_length=1)
+    metrics: bool = False
+    metrics_host: str = "127.0.0.1"
+    """The scrape endpoint listens on this machine only unless told otherwise."""
+    metrics_port: int = Field(default=9464, ge=0, le=65535)
+
+    @property
+    def enabled(self) -> bool:
+        return self.traces or self.metrics
