@@ -347,9 +347,11 @@ def scenario_history(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def build_client() -> discord.Client:
+    """Sharded as Discord recommends (GET /gateway/bot): each guild's events on its shard."""
     intents = discord.Intents.default()
     intents.message_content = True
-    return discord.Client(intents=intents, allowed_mentions=discord.AllowedMentions.none())
+    return discord.AutoShardedClient(intents=intents,
+                                     allowed_mentions=discord.AllowedMentions.none())
 
 
 def select_tools(all_tools: Sequence[Tool], settings: ToolSettings) -> list[Tool]:
