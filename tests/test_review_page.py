@@ -216,6 +216,8 @@ async def test_the_page_in_a_real_browser(server: TestServer, tmp_path: Path) ->
                 await page.click("#rv-next")
             await expect(current_edge).to_have_attribute(
                 "id", "restart_requested:ToolCall:ContextRestart")
+            await expect(page.locator("#rv-tools tr.rv-current")).to_contain_text(
+                "peek_profile_picture")
             await expect(page.locator("#rv-diagram g.node.rv-current")).to_have_attribute(
                 "id", "ContextRestart")
             await page.keyboard.press("ArrowRight")
@@ -228,6 +230,9 @@ async def test_the_page_in_a_real_browser(server: TestServer, tmp_path: Path) ->
                 "Your avatar is a cat in a tiny hat.")
             await expect(page.locator("#rv-timeline li.rv-current")).to_contain_text(
                 "first_token")
+            await expect(page.locator("#rv-passes tr.rv-current")).to_have_attribute(
+                "data-pass", "2")
+            await expect(page.locator("#rv-tools tr.rv-current")).to_have_count(0)
             await expect(page.locator("#rv-next")).to_be_enabled()
             await page.click("#rv-next")
             await expect(page.locator("#rv-next")).to_be_disabled()

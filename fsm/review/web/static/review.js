@@ -187,12 +187,12 @@ function renderTurn(data) {
     el("li", { class: `rv-kind-${s.kind}`, "data-step": i, onclick: () => goTo(i) },
        el("span", { class: "rv-t" }, secs(s.t)), " ",
        el("b", {}, s.event), ` ${s.source} → ${s.dest}`)));
-  $("rv-passes").replaceChildren(...data.passes.map((p) => el("tr", {},
+  $("rv-passes").replaceChildren(...data.passes.map((p) => el("tr", { "data-pass": p.index },
     el("td", {}, p.index), el("td", {}, secs(p.start)), el("td", {}, secs(p.end)),
     el("td", {}, p.ended_by), el("td", {}, p.status ?? ""), el("td", {}, p.finish_reason ?? ""),
     el("td", {}, p.usage ? `${p.usage.input_tokens ?? "?"}/${p.usage.output_tokens ?? "?"}` : ""),
     el("td", { class: "rv-preview" }, p.text ?? ""))));
-  $("rv-tools").replaceChildren(...(data.tools.length ? data.tools.map((c) => el("tr", {},
+  $("rv-tools").replaceChildren(...(data.tools.length ? data.tools.map((c) => el("tr", { "data-pass": c.pass },
     el("td", {}, c.pass), el("td", {}, secs(c.at)), el("td", {}, c.name),
     el("td", { class: "rv-code" }, JSON.stringify(c.args ?? null)),
     el("td", { class: "rv-code" }, outcomeText(c.outcome))))
@@ -231,12 +231,27 @@ function goTo(index) {
   $("rv-now-does").textContent = `${s.kind}: ${s.does}`;
   $("rv-now-pass").textContent = s.pass ? `pass ${s.pass}` : "";
   $("rv-now-text").textContent = s.text || "(nothing yet)";
+  const toolsRunning = s.source === "ToolCall" ? passOfTools(s) : null;
+  for (const row of $("rv-passes").children) {
+    row.classList.toggle("rv-current", s.pass !== null && Number(row.dataset.pass) === s.pass);
+  }
+  for (const row of $("rv-tools").children) {
+    row.classList.toggle("rv-current",
+                         toolsRunning !== null && Number(row.dataset.pass) === toolsRunning);
+  }
   for (const item of $("rv-timeline").children) {
     item.classList.toggle("rv-current", Number(item.dataset.step) === step);
   }
   $("rv-timeline").children[step]?.scrollIntoView({ block: "nearest" });
   $("rv-first").disabled = $("rv-prev").disabled = step === 0;
   $("rv-last").disabled = $("rv-next").disabled = step === turn.steps.length - 1;
+}
+
+function passOfTools(s) {
+  // The pass whose tool calls ran in the ToolCall visit this step leaves.
+  const ended = turn.passes.filter((p) => p.ended_by === "tool_call" && p.end !== null &&
+                                          p.end <= s.t);
+  return ended.length ? ended[ended.length - 1].index : null;
 }
 
 async function openTurn(id) {
