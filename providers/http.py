@@ -11,6 +11,8 @@ that must behave the same for all providers:
   malformed events all become one final `ProviderError`, with the API key scrubbed out;
 - capabilities the config declares: tools it may not receive are left out
   (`allowed_tools`), and the exact echo of a native prefill is dropped (`prefill.EchoStrip`);
+- a reply of whitespace only reaches the engine as no text at all (`LeadingBlank`): Discord
+  would show nothing, so it is an empty response;
 - key rotation (G4, `keys.py`): an auth or rate-limit answer tries the provider's next key;
 - redirects are never followed: a 3xx is an error naming its status and target host;
 - a response read to the end returns its connection to the pool; any other ending closes
@@ -52,6 +54,7 @@ from .errors import (
 from .keys import KeyRing, rotates
 from .prefill import PREFILL_NATIVE, EchoStrip, PrefillMode
 from .sse import SSEComment, SSEEvent, SSEItem, SSEParser
+from .stream_filters import LeadingBlank, StreamFilter, finish_filters, run_filters
 
 if TYPE_CHECKING:
     from .context import ToolSpec
@@ -162,9 +165,9 @@ class SSEProvider(ABC):
         keys = self.config.keys()
         clock = asyncio.get_running_loop().time
         order: list[int | None] = list(self._keys.order(clock())) or [None]
-        echo = None
+        filters: list[StreamFilter] = [LeadingBlank()]
         if request.prefill and self.prefill_mode == PREFILL_NATIVE:
-            echo = EchoStrip(request.prefill)
+            filters.insert(0, EchoStrip(request.prefill))
         for attempt, index in enumerate(order):
             key = keys[index] if index is not None else None
             next_key = order[attempt + 1] if attempt + 1 < len(order) else None
@@ -196,7 +199,7 @@ class SSEProvider(ABC):
                         )
                     elif isinstance(event, TextDelta | ToolCallRequest | ReasoningDelta):
                         output = True
-                    for out in echo.feed(event) if echo is not None else (event,):
+                    for out in run_filters(filters, event):
                         yield out
             if not rotate:
                 if index is not None and refused is not None:
@@ -204,8 +207,8 @@ class SSEProvider(ABC):
                 elif index is not None:
                     self._keys.worked(index)
                 break
-        if echo is not None and not abort.fired:
-            for out in echo.finish():
+        if not abort.fired:
+            for out in finish_filters(filters):
                 yield out
 
     async def _exchange(

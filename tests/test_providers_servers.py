@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from fsm.engine.provider import KeepAlive, TextDelta
+from fsm.engine.provider import Finish, KeepAlive, TextDelta
 from providers.errors import error_details, http_error
 from providers.replay_server import ReplayServer
 from providers.stream_file import stream_file
+from providers.stream_filters import LeadingBlank
 
 from providers_support import FIXTURES, assert_matches_expected, collect, run, sse
 
@@ -200,8 +201,7 @@ async def test_same_function_twice_at_index_zero_is_two_calls() -> None:
 
 @pytest.mark.asyncio
 async def test_vertex_streamed_arguments_make_one_call_with_its_signature() -> None:
-    """covers T4, T7: the parts of a streamed call make one call; its id is the model's and
-    its thought signature goes back with it in the next request."""
+    """covers T4: the parts of a streamed call make one call under the model's own id."""
     _, summary, _ = await run("gemini", recording("vertex_streamed_function_args"))
     [call] = summary.tool_calls
     assert call.id == "fc-FIXTUREvx1" and not call.truncated
@@ -217,3 +217,24 @@ async def test_vertex_call_left_open_at_the_end_never_runs() -> None:
     _, summary, _ = await run("gemini", script)
     [call] = summary.tool_calls
     assert call.truncated and call.name == "get_weather"
+
+
+# --- 7: a whitespace-only reply -------------------------------------------------------------
+
+
+def blanks(pieces: list[str]) -> list[str]:
+    strip = LeadingBlank()
+    out = [e for piece in pieces for e in strip.feed(TextDelta(piece))]
+    out += strip.feed(Finish("stop")) + strip.finish()
+    return [e.text for e in out if isinstance(e, TextDelta)]
+
+
+def test_whitespace_only_reply_reaches_the_engine_as_no_text() -> None:
+    """covers S8: nothing Discord could show, so the engine sees an empty response."""
+    assert blanks(["\n\n", " ", "\t"]) == []
+
+
+def test_blanks_before_visible_text_are_kept_with_it() -> None:
+    """covers S5: held blanks are released with the first visible text, unchanged; blanks
+    later in the reply pass at once."""
+    assert blanks(["\n", " ", "Hi", " ", "\n", "there"]) == ["\n Hi", " ", "\n", "there"]
