@@ -20,6 +20,7 @@ from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
 from fsm.review.inspect import load_journal
+from fsm.review.web.catalog import PREVIEW_CHARS, Query, row_of
 from fsm.review.web.server import create_app
 from fsm.review.web.story import story
 from fsm.scenarios.demo import main as play_built_in_turns
@@ -148,6 +149,16 @@ def test_story_shows_the_text_delivered_at_each_transition(journals: Path) -> No
     assert by_event["first_token"] == "The three reasons are"
     assert by_event["settled"] == "The three reasons are first,"
     assert timeout["passes"][0]["ended_by"] == "settled"
+
+
+def test_the_list_shows_the_start_of_a_long_reply(journals: Path) -> None:
+    # covers issue 18 item 2: a long reply is previewed in the list, searched in full
+    journal = load_journal(journals / "01_plain_reply.json")
+    journal.result["delivered_text"] = "word " * 400 + "needle"
+    row = row_of(journal, "long.json", datetime(2026, 3, 1, tzinfo=UTC))
+    shown = row.as_json()["text"]
+    assert len(shown) == PREVIEW_CHARS and shown.endswith("…")
+    assert Query(text="needle").matches(row)
 
 
 def test_review_command_refuses_a_missing_folder(tmp_path: Path) -> None:

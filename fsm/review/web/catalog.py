@@ -22,6 +22,8 @@ from ..inspect import Journal, load_journal
 JOURNAL_SUFFIXES = (".json", ".jsonl")
 RUNNING = "(not terminal)"
 """The state filter's value for a journal that ended in no terminal state."""
+PREVIEW_CHARS = 240
+"""The list shows the start of a turn's delivered text; the turn's page shows all of it."""
 NONE = "(none)"
 """The notice and tool filters' value for a turn that posted no notice or called no tool."""
 
@@ -57,7 +59,8 @@ class Row:
             "notices": list(self.notices), "tools": list(self.tools),
             "duration": self.duration, "passes": self.passes, "restarts": self.restarts,
             "recorded": self.recorded.isoformat(timespec="seconds"), "error": self.error,
-            "text": self.text,
+            "text": self.text if len(self.text) <= PREVIEW_CHARS
+            else self.text[:PREVIEW_CHARS - 1] + "…",
         }
 
 
