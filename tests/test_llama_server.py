@@ -1,0 +1,290 @@
+"""The real-server tier: the provider layer and the engine against llama.cpp's own server on
+loopback, with tiny generated models (issue 14). Opt-in: every test is skipped unless
+TURN_LLAMA_SERVER names a llama-server binary (see README.md, "Against a real server").
+
+Real processes run in real time; the one timed behaviour, the engine's idle timeout after
+SIGSTOP, runs in virtual time once the server is stopped (looptime is switched on for that
+phase only: while the server still streams, a virtual clock would fast-forward through the
+real waits for its bytes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from fsm.engine.config import TurnConfig
+from fsm.engine.generation import Attempt, run_generation_turn
+from fsm.engine.locks import ChannelLock, ChannelLockRegistry
+from fsm.engine.prefill import TurnRequest
+from fsm.engine.provider import AbortSignal, PassRequest
+from fsm.engine.turn import Turn
+from fsm.scenarios.scripted import InMemoryChannel
+from providers.factory import build_provider
+from providers.http import SSEProvider
+from providers.replay_server import ReplayServer
+from providers.result import StreamSummary
+
+from llama_support import SENTENCE, LlamaServer, make_model, running, server_binary
+from providers_support import config_for, sse
+
+pytestmark = pytest.mark.asyncio
+
+WEATHER_TOOL = {"name": "get_weather", "description": "Weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                               "required": ["city"]}}
+BOUND_S = 60.0
+"""How long a step may take before the test fails: a bound for a broken run, never a wait."""
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    return server_binary()
+
+
+@pytest.fixture(scope="module")
+def models(binary: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("llama-models")
+    return {end: make_model(directory, end) for end in ("eos", "loop", "tool")}
+
+
+@pytest.fixture(scope="module")
+def eos_server(binary: Path, models: dict[str, Path]) -> Iterator[LlamaServer]:
+    yield from running(binary, models["eos"])
+
+
+@pytest.fixture(scope="module")
+def loop_server(binary: Path, models: dict[str, Path]) -> Iterator[LlamaServer]:
+    yield from running(binary, models["loop"], ctx=4096)
+
+
+@pytest.fixture(scope="module")
+def tool_server(binary: Path, models: dict[str, Path]) -> Iterator[LlamaServer]:
+    yield from running(binary, models["tool"])
+
+
+@pytest.fixture(scope="module")
+def small_context_server(binary: Path, models: dict[str, Path]) -> Iterator[LlamaServer]:
+    yield from running(binary, models["eos"], ctx=256)
+
+
+@pytest.fixture
+def own_loop_server(binary: Path, models: dict[str, Path]) -> Iterator[LlamaServer]:
+    """A server a test may kill or stop."""
+    yield from running(binary, models["loop"], ctx=4096)
+
+
+def ask(text: str = "hi", **fields: Any) -> PassRequest:
+    return PassRequest(context_items=[{"role": "user", "content": text}], function_history=[],
+                       **fields)
+
+
+async def summarize(server: LlamaServer, request: PassRequest,
+                    **config: Any) -> StreamSummary:
+    summary = StreamSummary()
+    async with aiohttp.ClientSession() as session:
+        provider = build_provider(config_for(server.url, "openai", model="chain", **config),
+                                  session)
+        async for event in provider.stream(request, AbortSignal()):
+            summary.add(event)
+    return summary
+
+
+def channel_lock() -> tuple[ChannelLockRegistry, ChannelLock]:
+    locks = ChannelLockRegistry()
+    lock = locks.try_acquire("c", "llama")
+    assert lock is not None
+    return locks, lock
+
+
+class WatchedChannel(InMemoryChannel):
+    """Tells the test when the first text has arrived."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first_text = asyncio.Event()
+
+    async def deliver(self, text: str) -> None:
+        await super().deliver(text)
+        self.first_text.set()
+
+
+def streaming_turn(server: LlamaServer, session: aiohttp.ClientSession, channel: InMemoryChannel,
+                   config: TurnConfig | None = None) -> tuple[Turn, ChannelLockRegistry]:
+    locks, lock = channel_lock()
+    provider = build_provider(config_for(server.url, "openai", model="chain"), session)
+    turn = Turn(provider=provider, channel=channel, locks=locks, lock=lock,
+                config=config or TurnConfig())
+    return turn, locks
+
+
+async def server_says(server: LlamaServer, pattern: str, start: int) -> bool:
+    return await asyncio.to_thread(server.wait_for, pattern, BOUND_S, start)
+
+
+# --- replies ---------------------------------------------------------------------------------
+
+
+async def test_plain_reply(eos_server: LlamaServer) -> None:
+    """covers S8: the whole sentence, the server's finish word, its usage."""
+    summary = await summarize(eos_server, ask())
+    assert "".join(summary.text) == SENTENCE
+    assert summary.finish_reason == "stop" and summary.error is None
+    assert summary.usage is not None and summary.usage.output_tokens == 10
+
+
+async def test_plain_reply_through_the_engine(eos_server: LlamaServer) -> None:
+    """covers S8: a turn over the real server completes with the text delivered."""
+    channel = InMemoryChannel()
+    async with aiohttp.ClientSession() as session:
+        turn, _ = streaming_turn(eos_server, session, channel)
+        result = await asyncio.wait_for(turn.run(), BOUND_S)
+    assert result.status == "completed" and channel.text == SENTENCE
+
+
+async def test_max_tokens(loop_server: LlamaServer) -> None:
+    """covers T4: the output limit stops the loop model after five tokens, finish `length`."""
+    summary = await summarize(loop_server, ask(), max_output_tokens=5)
+    assert "".join(summary.text) == " The quick brown fox jumps"
+    assert summary.finish_reason == "length"
+
+
+async def test_stop_sequence(eos_server: LlamaServer) -> None:
+    """covers S8: a stop sequence ends the reply before it, finish `stop`."""
+    summary = await summarize(eos_server, ask(), extra_body={"stop": [" fox"]})
+    assert "".join(summary.text) == " The quick brown"
+    assert summary.finish_reason == "stop"
+
+
+async def test_tool_call_through_jinja(tool_server: LlamaServer) -> None:
+    """covers T4: with --jinja the server parses the model's <tool_call> into a real call."""
+    summary = await summarize(tool_server, ask("weather in Paris?", tools=[WEATHER_TOOL]))
+    assert summary.error is None, summary.error
+    [call] = summary.tool_calls
+    assert (call.name, call.arguments, call.truncated) == ("get_weather", {"city": "Paris"},
+                                                            False)
+    assert call.id
+
+
+# --- failures ----------------------------------------------------------------------------------
+
+
+async def test_context_overflow_is_named_and_the_user_told(
+    small_context_server: LlamaServer,
+) -> None:
+    """covers G1, G2: HTTP 400 "exceeds the available context size" is
+    context_length_exceeded; on the last attempt the channel gets the notice saying so."""
+    channel = InMemoryChannel()
+    long_prompt = "word " * 400
+    async with aiohttp.ClientSession() as session:
+        locks, lock = channel_lock()
+        provider = build_provider(config_for(small_context_server.url, "openai", model="chain"),
+                                  session)
+        result = await asyncio.wait_for(run_generation_turn(
+            [Attempt(provider, "llama")], channel=channel, locks=locks, lock=lock,
+            request=TurnRequest(context_items=[{"role": "user", "content": long_prompt}])),
+            BOUND_S)
+    [attempt] = result.attempts
+    error = attempt.passes[-1].error
+    assert error is not None and (error["status"], error["type"]) == (400,
+                                                                      "context_length_exceeded")
+    assert "exceeds the available context size" in error["message"]
+    assert [n.kind for n in channel.notices] == ["failed_context_too_long"]
+
+
+async def test_kill_mid_stream_cancels_the_servers_task(loop_server: LlamaServer) -> None:
+    """covers S7, S3: /kill closes the connection at once; the server logs that it cancelled
+    the generation."""
+    channel = WatchedChannel()
+    start = len(loop_server.lines)
+    async with aiohttp.ClientSession() as session:
+        turn, locks = streaming_turn(loop_server, session, channel)
+        task = asyncio.create_task(turn.run())
+        await asyncio.wait_for(channel.first_text.wait(), BOUND_S)
+        locks.request_stop("c")
+        result = await asyncio.wait_for(task, BOUND_S)
+    assert result.status == "stopped_by_user" and channel.text.startswith(" The quick")
+    assert await server_says(loop_server, r"cancel task", start), loop_server.log()
+
+
+async def test_server_killed_mid_stream_is_an_error_with_the_text_kept(
+    own_loop_server: LlamaServer,
+) -> None:
+    """covers S8, S15, G1: the process dies mid-reply: an error the chain falls back on
+    (not a completed reply), the delivered text kept."""
+    channel = WatchedChannel()
+    async with aiohttp.ClientSession() as session:
+        turn, _ = streaming_turn(own_loop_server, session, channel)
+        task = asyncio.create_task(turn.run())
+        await asyncio.wait_for(channel.first_text.wait(), BOUND_S)
+        own_loop_server.signal(signal.SIGKILL)
+        result = await asyncio.wait_for(task, BOUND_S)
+    assert result.status == "error" and result.passes[-1].error is not None
+    assert result.passes[-1].error["type"] in {"connection_error", "incomplete_stream"}
+    assert channel.text.startswith(" The quick") and result.delivered_text == channel.text
+
+
+async def test_sigstop_is_an_idle_timeout(own_loop_server: LlamaServer) -> None:
+    """covers S5, S10, S11: a server that stops mid-stream (SIGSTOP: connection open, no
+    bytes) ends the pass at the idle budget; measured in virtual time once it is stopped."""
+    channel = WatchedChannel()
+    config = TurnConfig(idle_timeout_s=30, settle_timeout_s=5)
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession() as session:
+        turn, _ = streaming_turn(own_loop_server, session, channel, config)
+        task = asyncio.create_task(turn.run())
+        await asyncio.wait_for(channel.first_text.wait(), BOUND_S)
+        own_loop_server.signal(signal.SIGSTOP)
+        stopped_at = loop.time()
+        with loop.looptime_enabled():
+            result = await task
+    assert result.status == "timeout"
+    [timeout] = [t for t in turn.transitions if t["event"] == "idle_timeout"]
+    assert timeout["t"] - (stopped_at - turn.transitions[0]["t"]) <= 30.0 + 1e-6
+    assert own_loop_server.process.poll() is None  # stopped, not dead: the engine timed out
+    assert channel.text.startswith(" The quick")
+
+
+# --- the fallback continuation onto llama.cpp -----------------------------------------------
+
+
+async def test_llamacpp_echoes_a_trailing_assistant_message(eos_server: LlamaServer) -> None:
+    """covers S1: what the echo strip is for, seen on the raw wire (no adapter)."""
+    body = {"model": "chain", "stream": True, "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": " The quick brown"}]}
+    async with aiohttp.ClientSession() as session, \
+            session.post(f"{eos_server.url}/chat/completions", json=body) as response:
+        raw = (await response.read()).decode()
+    contents = [json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                for line in raw.splitlines()
+                if line.startswith("data: {") and '"choices":[{' in line]
+    assert "".join(contents).startswith(" The quick brown")
+
+
+async def test_fallback_onto_llamacpp_delivers_nothing_twice(eos_server: LlamaServer) -> None:
+    """covers G1, S1: the primary fails mid-reply; llama.cpp continues from the delivered
+    text (a native prefill) and echoes it: the echo is dropped, so the channel shows the
+    primary's text once, followed by llama.cpp's continuation."""
+    delivered = " The quick brown"
+    primary = ReplayServer(sse({"choices": [{"index": 0, "delta": {"content": delivered}}]}))
+    channel = InMemoryChannel()
+    async with primary, aiohttp.ClientSession() as session:
+        locks, lock = channel_lock()
+        llama: SSEProvider = build_provider(
+            config_for(eos_server.url, "openai", model="chain"), session)
+        result = await asyncio.wait_for(run_generation_turn(
+            [Attempt(build_provider(config_for(primary, "openai"), session), "primary"),
+             Attempt(llama, "llama")],
+            channel=channel, locks=locks, lock=lock,
+            request=TurnRequest(context_items=[{"role": "user", "content": "hi"}])), BOUND_S)
+    assert [a.status for a in result.attempts] == ["error", "completed"]
+    continuation = result.attempts[1].text
+    assert channel.text == delivered + continuation
+    assert not continuation.startswith(delivered)
+    assert continuation == " fox jumps over the lazy dog."
