@@ -75,6 +75,12 @@ def _error(status: int, code: int, message: str, **extra: Any) -> web.Response:
     return _json_response({"code": code, "message": message, **extra}, status=status)
 
 
+def _field_error(field_name: str, code: str, message: str) -> web.Response:
+    """Discord's 50035 with the field's error, as its documentation shows it."""
+    errors = {field_name: {"_errors": [{"code": code, "message": message}]}}
+    return _error(400, 50035, "Invalid Form Body", errors=errors)
+
+
 @dataclass(frozen=True, slots=True)
 class RecordedFile:
     field_name: str
@@ -750,13 +756,13 @@ class DiscordEmulator:
         """Validate a send like Discord does and build the stored message."""
         content = body.get("content") or ""
         embeds = body.get("embeds") or []
+        if not isinstance(content, str):
+            return _field_error("content", "BASE_TYPE_STRING", "Must be a string.")
+        if not isinstance(embeds, list) or not all(isinstance(e, dict) for e in embeds):
+            return _field_error("embeds", "BASE_TYPE_ARRAY", "Must be an array of objects.")
         if len(content) > MAX_CONTENT:
-            return _error(
-                400,
-                50035,
-                "Invalid Form Body",
-                errors={"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH"}]}},
-            )
+            return _field_error("content", "BASE_TYPE_MAX_LENGTH",
+                                f"Must be {MAX_CONTENT} or fewer in length.")
         if not content.strip() and not embeds and not files:
             return _error(400, 50006, "Cannot send an empty message")
         for embed in embeds:

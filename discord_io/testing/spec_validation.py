@@ -81,6 +81,12 @@ def _rate_limit_code_optional(spec: JsonDict) -> None:
     schema["allOf"] = [error, *schema["allOf"][1:]]
 
 
+def _field_error_codes_are_names(spec: JsonDict) -> None:
+    items = dict(_schema(spec, "Error"))
+    items["properties"] = {**items["properties"], "code": {"type": "string"}}
+    _schema(spec, "InnerErrors")["properties"]["_errors"]["items"] = items
+
+
 SNOWFLAKE_REF = "#/components/schemas/SnowflakeType"
 REQUEST_SNOWFLAKE = "SnowflakeOrIntegerType"
 
@@ -138,6 +144,13 @@ DOCUMENTED_OVERRIDES: tuple[Override, ...] = (
         "`code?` as optional in a 429 body, and its example has none; the spec requires it "
         "through the shared Error schema.",
         _rate_limit_code_optional,
+    ),
+    Override(
+        "components.schemas.InnerErrors._errors[].code",
+        "The documentation (Reference > Error Messages) shows a field's errors with names for "
+        "codes (`\"code\": \"BASE_TYPE_REQUIRED\"`); the spec reuses the integer code of the "
+        "top-level error.",
+        _field_error_codes_are_names,
     ),
     Override(
         "snowflakes in request bodies (SnowflakeType, e.g. MessageReferenceRequest.message_id, "
