@@ -9,9 +9,10 @@ from pathlib import Path
 
 from .review.diagram import add_diagram_commands
 from .review.journal import jsonable, write_journal
+from .review.replay import replay_difference
 from .review.web.command import add_review_command
-from .scenarios.format import ScenarioError, load_scenario
-from .scenarios.runner import play_virtual, read_journal, replay_difference
+from .scenarios.format import ScenarioError, load_scenario, read_journal
+from .scenarios.runner import play_virtual
 
 
 def cmd_run_scenario(args: argparse.Namespace) -> int:
@@ -38,7 +39,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if diff is None:
         print(f"{path}: replay matches")
         return 0
-    print(f"{path}: replay differs at {diff}")
+    print(f"{path}: replay differs: {diff}")
     return 1
 
 
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _escape_unencodable_output()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -75,4 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+def _escape_unencodable_output() -> None:
+    """A journal may hold text the terminal cannot encode (a lone surrogate from a cut
+    emoji): print it escaped rather than fail with a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
 

@@ -36,8 +36,9 @@ from fsm.engine.stash import ContextStash
 from fsm.engine.table import TERMINAL, edge_keys
 from fsm.engine.turn import Turn
 from fsm.review.journal import jsonable
+from fsm.review.replay import replay_difference
 from fsm.scenarios.format import parse_scenario
-from fsm.scenarios.runner import Played, play, replay_difference, run_virtual
+from fsm.scenarios.runner import Played, play, run_virtual
 from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
 from providers.replay_server import ReplayServer
 

@@ -20,8 +20,9 @@ from discord_io.media_fetch import MediaFetcher
 from discord_io.testing import CdnFile, DiscordEmulator, Fault, emulated_discord
 from fsm.engine.config import TurnConfig
 from fsm.engine.generation import Attempt
+from fsm.review.replay import replay_on_loop
 from fsm.scenarios.format import parse_scenario
-from fsm.scenarios.runner import read_journal, replay_on_loop
+from fsm.scenarios.runner import read_journal
 from fsm.scenarios.scripted import ScriptedProvider
 from turn_engine.bot import TurnBot
 

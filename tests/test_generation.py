@@ -102,7 +102,7 @@ async def test_each_attempt_journals_and_replays_with_its_prefill_and_calls() ->
     # covers G1 with the journal rule: every live attempt replays to the same result
     from fsm.engine.turn import Turn
     from fsm.review.journal import JournalRecorder, journal_document
-    from fsm.scenarios.runner import replay_on_loop
+    from fsm.review.replay import replay_on_loop
 
     primary = _provider([{"at": 1, "tool_call": {"name": "weather", "args": {"city": "Oslo"}}}],
                         [{"at": 1, "text": "It is"}, {"at": 2, "stall": True}])

@@ -12,8 +12,9 @@ from typing import Any
 import looptime
 import pytest
 
+from fsm.review.replay import replay_difference
 from fsm.scenarios.format import parse_scenario
-from fsm.scenarios.runner import play, play_virtual, replay_difference
+from fsm.scenarios.runner import play, play_virtual
 
 from reliability_support import play_and_check
 

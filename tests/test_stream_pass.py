@@ -25,7 +25,8 @@ from fsm.engine.tools import ToolRegistry
 from fsm.engine.turn import Turn
 from fsm.review.journal import JournalRecorder, journal_document
 from fsm.scenarios.format import Step, parse_scenario
-from fsm.scenarios.runner import play, replay_on_loop
+from fsm.review.replay import replay_on_loop
+from fsm.scenarios.runner import play
 from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
@@ -383,6 +384,7 @@ async def test_model_that_finished_is_not_timed_out_while_the_channel_sends() ->
     assert [(line["event"], line["t"]) for line in turn.transitions][-1] == (
         "completed", pytest.approx(151.0))
     assert recorder.passes == [[{"at": 1.0, "text": "A short answer."},
+                                {"at": 1.0, "finish": "stop"},
                                 {"at": 1.0, "end": "completed", "flush_s": 150.0}]]
     document = json.loads(json.dumps(journal_document(recorder.scenario(), turn.transitions,
                                                       result.as_dict())))

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from .channel import TurnChannel
+from .clock import on_grid
 from .config import TurnConfig
 from .events import FirstToken, StreamCrashed, StreamEnded, StreamSettled, TurnEvent
 from .locks import ChannelLock, ChannelLockRegistry
@@ -33,7 +34,7 @@ __all__ = ["DeliveryTimeout", "PassHost", "stream_worker"]
 
 
 class _Postbox(Protocol):
-    def post(self, event: TurnEvent) -> None: ...
+    def post(self, event: TurnEvent, at: float | None = None) -> None: ...
 
 
 class PassHost(Protocol):
@@ -99,18 +100,20 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
                         continue
                     if type(text) is not str:
                         raise TypeError(f"the provider sent {type(text).__name__} as text")
-                    if abort.fired:
+                    now = clock()
+                    if abort.fired or (run.deadline is not None and now > run.deadline):
+                        # Aborted, or past its deadline before the driver could act
+                        # on it: the timeout comes first, as in replay (S10).
                         if recorder is not None:
                             recorder.on_landed(run.no, text)
                         await deliver(text)
                         run.landed.append(text)
                         continue
-                    now = clock()
                     run.deadline = now + idle_s
                     lock.last_touch = now
                     if not run.got_token:
                         run.got_token = True
-                        post(FirstToken(run.no))
+                        post(FirstToken(run.no), now)
                     if record_text is not None:
                         record_text((now - started, text))
                     await deliver(text)
@@ -120,17 +123,25 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
                         recorder.on_keepalive(run.no, clock() - started)
                 elif isinstance(event, ReasoningDelta):
                     run.reasoning.append(event.text)
+                    if recorder is not None:
+                        recorder.on_step(run.no, clock() - started,
+                                         {"reasoning": event.text})
                 elif isinstance(event, ToolCallRequest):
                     run.tool_calls.append(event)
                 elif isinstance(event, Usage):
                     run.usage = event
+                    if recorder is not None:
+                        recorder.on_step(run.no, clock() - started,
+                                         {"usage": event.as_dict()})
                 elif isinstance(event, Finish):
                     run.finish = event.reason
+                    if recorder is not None:
+                        recorder.on_step(run.no, clock() - started, {"finish": event.reason})
                 elif isinstance(event, ProviderError):
                     run.error = event
                     break
             if not abort.fired:
-                ended_at = clock()
+                ended_at = on_grid(clock())
                 await _flush(turn, run)
     except asyncio.CancelledError as exc:
         task = asyncio.current_task()
@@ -148,9 +159,10 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
         await _settled(turn, run)
         return
     outcome = _outcome(run)
+    flushed_at = on_grid(clock())
     if recorder is not None:
-        recorder.on_end(run.no, ended_at - started, outcome, run, clock() - ended_at)
-    post(StreamEnded(run.no, outcome, run.error))
+        recorder.on_end(run.no, ended_at - started, outcome, run, flushed_at - ended_at)
+    post(StreamEnded(run.no, outcome, run.error), flushed_at)
 
 
 async def _flush(turn: PassHost, run: PassRun) -> None:
@@ -188,9 +200,10 @@ def _crashed(turn: PassHost, run: PassRun, exc: BaseException, now: float) -> bo
     """Report the failure at once (True); a stream that was aborted settles instead (S10)."""
     if run.abort.fired:
         return False
+    now = on_grid(now)
     if turn.recorder is not None:
         turn.recorder.on_raise(run.no, now - run.started_at, exc)
-    turn.mailbox.post(StreamCrashed(run.no, exc))
+    turn.mailbox.post(StreamCrashed(run.no, exc), now)
     return True
 
 
@@ -205,6 +218,7 @@ async def _settled(turn: PassHost, run: PassRun) -> None:
             await turn.channel.finish_pass()
         except Exception as exc:
             log.warning("flushing what landed failed: %s", type(exc).__name__)
+    settled_at = on_grid(asyncio.get_running_loop().time())
     if turn.recorder is not None and run.aborted_at is not None:
-        turn.recorder.on_stall(run.no, asyncio.get_running_loop().time() - run.aborted_at)
-    turn.mailbox.post(StreamSettled(run.no))
+        turn.recorder.on_stall(run.no, settled_at - run.aborted_at)
+    turn.mailbox.post(StreamSettled(run.no), settled_at)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .channel import TurnChannel
+from .clock import reading
 from .config import TurnConfig
 from .events import ToolFinished, TurnEvent
 from .flags import TurnFlags
@@ -162,14 +163,17 @@ class ToolRunner:
         except Exception as exc:
             log.warning("tool %s raised %s", name, type(exc).__name__)
             result = ToolResult.fail(f"{name} failed: {type(exc).__name__}: {exc}")
+            finished_at = reading()
             if recorder is not None:
-                recorder.on_tool(name, self._clock() - pending.started_at, {"raise": str(exc)})
+                recorder.on_tool(name, finished_at - pending.started_at,
+                                 {"raise": str(exc), "error_type": type(exc).__name__})
         else:
+            finished_at = reading()
             if recorder is not None:
-                recorder.on_tool(name, self._clock() - pending.started_at,
+                recorder.on_tool(name, finished_at - pending.started_at,
                                  _recorded_outcome(result))
         self._tools.remember(name, result)
-        self._mailbox.post(ToolFinished(pending.no, result))
+        self._mailbox.post(ToolFinished(pending.no, result), finished_at)
 
     def finished(self, event: ToolFinished) -> Verdict | None:
         """The worker's result, if it is the current call's (a late one is ignored)."""

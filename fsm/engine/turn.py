@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from . import events as ev
 from .channel import Notice, NoticeKind, TurnChannel
+from .clock import on_grid
 from .config import TurnConfig
 from .flags import TurnFlags
 from .locks import ChannelLock, ChannelLockRegistry
@@ -113,6 +114,9 @@ class Turn:
 
         self._loop: asyncio.AbstractEventLoop | None = None
         self._t0 = 0.0
+        self._logical = 0.0
+        """The driver's clock: when the input it is acting on arrived (journal replay)."""
+        self._stop_at = 0.0
         self._event_time: float | None = None
         self._outbox: list[Notice] = []
         self._passes: list[PassResult] = []
@@ -135,7 +139,7 @@ class Turn:
     async def run(self) -> TurnResult:
         """Drive the turn to its terminal state; always cleans up, whatever happens."""
         self._loop = asyncio.get_running_loop()
-        self._t0 = self._loop.time()
+        self._t0 = self._logical = on_grid(self._loop.time())
         self.lock.turn_kill = self.request_stop
         self._channel_mark = len(_channel_delivered(self.channel) or "")
         try:
@@ -150,21 +154,27 @@ class Turn:
             return
         self.stop_requested = True
         self.stop_requested_at = self.elapsed
+        self._stop_at = self._arrival()
         if self.recorder is not None and self._loop is not None:
-            self.recorder.on_event(self._loop.time() - self._t0, {"kill": True})
+            self.recorder.on_event(self._stop_at - self._t0, {"kill": True})
         run = self._run
         if run is not None:
             run.abort.fire("kill")
         self._tools.abort("kill")
-        self.mailbox.post_urgent(ev.Kill(reason))
+        self.mailbox.post_urgent(ev.Kill(reason), self._stop_at)
 
     def notify_follow_up(self) -> None:
         """A new message from the same user arrived in the channel (S17, T3)."""
         if self.state in _TERMINAL_NAMES:
             return
+        at = self._arrival()
         if self.recorder is not None and self._loop is not None:
-            self.recorder.on_event(self._loop.time() - self._t0, {"follow_up": True})
-        self.mailbox.post(ev.FollowUp())
+            self.recorder.on_event(at - self._t0, {"follow_up": True})
+        self.mailbox.post(ev.FollowUp(), at)
+
+    def _arrival(self) -> float:
+        """An outside input's arrival on the engine's clock (the grid of `clock.on_grid`)."""
+        return on_grid(self._loop.time()) if self._loop is not None else self._t0
 
     @property
     def recorder(self) -> InputRecorder | None:
@@ -237,6 +247,14 @@ class Turn:
     async def _step(self) -> None:
         state = self.state
         if self.stop_requested:
+            if self.mailbox.arrived_before(self._stop_at):
+                # What arrived before the kill happened before it (a chunk in the same
+                # read as the one the user reacted to): handled first, as in replay.
+                earlier = self.mailbox.take_earliest()
+                self._logical = self.mailbox.received_at
+                await self._on_event(earlier)
+                return
+            self._logical = max(self._logical, self._stop_at)
             await self._fire("kill", ev.Kill("stop requested"))
             return
         if state == State.PREPARING.value:
@@ -259,9 +277,16 @@ class Turn:
             return
         deadline = self._deadline()
         event = await self.mailbox.get(deadline)
+        arrived = self.mailbox.received_at
+        if event is not None and deadline is not None and arrived > on_grid(deadline):
+            # It arrived after the deadline (the driver was busy): the deadline comes
+            # first, as it does when the journal replays on its recorded clock.
+            self.mailbox.put_back(event, arrived)
+            event = None
         if event is None:
             await self._on_deadline(deadline)
         else:
+            self._logical = arrived
             await self._on_event(event)
 
     async def _fail(self, exc: BaseException) -> None:
@@ -329,8 +354,11 @@ class Turn:
         return taken
 
     def _now(self) -> float:
+        """The driver's clock: the arrival of the input being handled (or the deadline
+        that fired), never the moment the driver got to it — so a transition's time, a
+        pass's start and a tool's budget are the same when the journal replays."""
         assert self._loop is not None
-        return self._loop.time()
+        return self._logical
 
     def _record(self, t: float, trigger: str, source: str, dest: str) -> None:
         t = round(t, 6)
@@ -355,6 +383,7 @@ class Turn:
         deadline = self._deadline()
         if deadline is None or waited is None or deadline > waited:
             return  # the rolling deadline moved on: wait again (S5)
+        deadline = self._logical = on_grid(deadline)
         state = self.state
         if state == State.AWAITING_FIRST_TOKEN.value:
             await self._fire("first_token_timeout", at=deadline)

@@ -561,9 +561,21 @@ def cmd_diagram(args: argparse.Namespace) -> int:
         print(f"error: graphviz's `dot` is not installed (Debian package graphviz); only "
               f"{prefix}.dot was written", file=sys.stderr)
         return 1
+    except graphviz.CalledProcessError as exc:
+        print(f"error: graphviz's `dot` failed (exit {exc.returncode}): "
+              f"{_first_line(exc.stderr)}; only {prefix}.dot was written", file=sys.stderr)
+        return 1
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _first_line(stderr: object) -> str:
+    """The first line `dot` wrote to stderr, readable whatever its encoding."""
+    if isinstance(stderr, bytes):
+        stderr = stderr.decode("utf-8", "replace")
+    lines = str(stderr or "").strip().splitlines()
+    return lines[0][:200] if lines else "no message"
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

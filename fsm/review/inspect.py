@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.table import TABLE, TERMINAL, Edge, State
-from ..scenarios.format import ScenarioError
-from ..scenarios.runner import read_journal
+from ..scenarios.format import ScenarioError, read_journal
 
 EdgeKey = tuple[str, str, str]
 """(trigger, source, dest) as `fsm.engine.table.edge_keys()` spells it."""
@@ -100,8 +99,24 @@ def _transition(line: Any, where: str) -> Transition:
     return Transition(float(t), names["event"], names["from"], names["to"])
 
 
+def displayable(value: Any) -> Any:
+    """`value` with every lone surrogate (half of a cut emoji, or a crafted journal) shown as
+    U+FFFD, so a summary or a drawing can always be printed and written as UTF-8."""
+    if isinstance(value, str):
+        if value.isascii():
+            return value
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {displayable(k): displayable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [displayable(v) for v in value]
+    return value
+
+
 def parse_journal(data: Any, source: str) -> Journal:
     """Validate a decoded journal; a problem raises ScenarioError naming file and field."""
+    data = displayable(data)
+    source = displayable(source)
     if isinstance(data, list):
         data = _from_lines(data, source)
     if not isinstance(data, dict):

@@ -1,13 +1,19 @@
 """Turn journals: a turn's inputs (in scenario form) plus every transition and the result.
 
-A live turn records its inputs as they really arrive, so any production turn can be replayed
-offline (`python -m fsm replay`), compared, and drawn on the state diagram. Bulky binary
-media is recorded by size and digest only: a journal must stay small and carry no payloads
-a user did not see as text.
+A live turn records every input the engine's decisions depend on, as the engine's clock saw
+it arrive — chunks, keep-alives, reasoning, usage, the provider's finish word, errors with
+their kind and type, exceptions with their class name, flush times, tool outcomes, kills and
+follow-ups — so any production turn replays exactly offline (`python -m fsm replay`,
+docs/scenarios.md), and can be compared and drawn on the state diagram.
+
+Size is bounded whatever the provider sends: a run of keep-alives is one step with its count
+and span, bulky binary media is recorded by size and digest only. Serializing and writing a
+journal happen in a worker thread (`save_journal`), never on the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import hashlib
@@ -16,10 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.config import TurnConfig
+from ..engine.pass_run import PassRun, TextSink
 from ..engine.prefill import TurnRequest
 from ..engine.stash import ContextStash
-from ..engine.pass_run import PassRun, TextSink
-from ..engine.tools import ToolRegistry
+from ..engine.tools import Tool, ToolRegistry
+from ..scenarios.format import journal_document
+
+__all__ = ["JournalRecorder", "RecordingStash", "journal_document", "jsonable",
+           "save_journal", "serialize_journal", "write_journal"]
 
 
 def jsonable(value: Any) -> Any:
@@ -39,6 +49,7 @@ def jsonable(value: Any) -> Any:
 
 
 def _r(t: float) -> float:
+    """Seconds on the journal's microsecond grid."""
     return round(t, 6)
 
 
@@ -80,8 +91,9 @@ Step = dict[str, Any] | tuple[float, str]
 """A recorded step: a dict in scenario form, or a content chunk as `(at, text)` — the hot
 path appends a tuple and the dict is built once, when the journal is written."""
 
+
 class JournalRecorder:
-    """Records a live turn's inputs in scenario form."""
+    """Records a live turn's inputs in scenario form (the engine's `InputRecorder`)."""
 
     def __init__(self, name: str, config: TurnConfig, tools: ToolRegistry,
                  stash: RecordingStash | None = None,
@@ -116,7 +128,25 @@ class JournalRecorder:
         self._landed[pass_no] = self._landed.get(pass_no, "") + text
 
     def on_keepalive(self, pass_no: int, at: float) -> None:
-        self._steps(pass_no).append({"at": _r(at), "keepalive": True})
+        """A keep-alive; a run of them in a row stays one step (count and span), so a
+        provider that sends nothing else cannot grow the journal (RELIABILITY.md)."""
+        steps = self._steps(pass_no)
+        last = steps[-1] if steps else None
+        if isinstance(last, dict) and last.get("keepalive"):
+            last["count"] = last.get("count", 1) + 1
+            last["until"] = _r(at)
+            return
+        steps.append({"at": _r(at), "keepalive": True})
+
+    def on_step(self, pass_no: int, at: float, step: dict[str, Any]) -> None:
+        """A stream event the result keeps: `reasoning`, `usage` or the provider's `finish`
+        word. Consecutive reasoning chunks are joined into one step."""
+        steps = self._steps(pass_no)
+        last = steps[-1] if steps else None
+        if "reasoning" in step and isinstance(last, dict) and "reasoning" in last:
+            last["reasoning"] += step["reasoning"]
+            return
+        steps.append({"at": _r(at), **jsonable(step)})
 
     def on_end(self, pass_no: int, at: float, outcome: str, run: PassRun,
                flush_s: float = 0.0) -> None:
@@ -130,7 +160,7 @@ class JournalRecorder:
             else:
                 step["tool_calls"] = calls
         elif outcome == "provider_error" and run.error is not None:
-            step["error"] = run.error.message
+            step["error"] = jsonable(run.error.as_dict())
         else:
             step["end"] = "completed" if outcome == "completed" else "empty"
         if _r(flush_s) > 0:
@@ -138,7 +168,8 @@ class JournalRecorder:
         self._steps(pass_no).append(step)
 
     def on_raise(self, pass_no: int, at: float, error: BaseException) -> None:
-        self._steps(pass_no).append({"at": _r(at), "raise": f"{type(error).__name__}: {error}"})
+        self._steps(pass_no).append({"at": _r(at), "raise": str(error),
+                                     "error_type": type(error).__name__})
 
     def on_stall(self, pass_no: int, settles_after: float) -> None:
         """The pass went silent after its last step and was aborted; it settled
@@ -148,6 +179,8 @@ class JournalRecorder:
         if last_step is not None and last_step.get("stall"):
             return
         last = last_step["at"] if last_step is not None else 0.0
+        if last_step is not None and last_step.get("until") is not None:
+            last = last_step["until"]
         stall: dict[str, Any] = {"at": last, "stall": True, "settles_after": _r(settles_after)}
         landed = self._landed.pop(pass_no, "")
         if landed:
@@ -168,10 +201,14 @@ class JournalRecorder:
 
     def scenario(self) -> dict[str, Any]:
         tools: dict[str, Any] = {}
-        for name, outcomes in self.tool_outcomes.items():
+        for name in self.tools.names():
             tool = self.tools.get(name)
-            guard = tool.guard if tool is not None else None
-            tools[name] = {"guard": guard, "outcomes": outcomes} if guard else outcomes
+            declared = _declaration(tool)
+            if declared and name not in self.tool_outcomes:
+                tools[name] = {**declared, "outcomes": []}
+        for name, outcomes in self.tool_outcomes.items():
+            declared = _declaration(self.tools.get(name))
+            tools[name] = {**declared, "outcomes": outcomes} if declared else outcomes
         request: dict[str, Any] = {}
         if self.request is not None:
             request = jsonable({
@@ -202,16 +239,38 @@ def _as_dict(step: Step) -> dict[str, Any]:
     return step
 
 
-def journal_document(scenario: dict[str, Any], transitions: list[dict[str, Any]],
-                     result: dict[str, Any]) -> dict[str, Any]:
-    """A recorded journal: the scenario fields that reproduce it, the transitions, the result."""
-    doc = {k: v for k, v in scenario.items() if k not in ("journal", "result", "expect")}
-    doc["journal"] = [dict(t) for t in transitions]
-    doc["result"] = result
-    return doc
+def serialize_journal(document: dict[str, Any]) -> bytes:
+    """The journal as UTF-8 JSON. A lone surrogate (half an emoji cut by a provider) is
+    written as its JSON escape, so the file stays valid UTF-8 and reads back unchanged."""
+    safe = jsonable(document)
+    text = json.dumps(safe, ensure_ascii=False, indent=1) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(safe, ensure_ascii=True, indent=1) + "\n").encode("ascii")
 
 
 def write_journal(path: Path, document: dict[str, Any]) -> None:
+    """Write `document` to `path` (blocking; on the event loop use `save_journal`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(jsonable(document), ensure_ascii=False, indent=1) + "\n",
-                    encoding="utf-8")
+    data = serialize_journal(document)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(data)
+    partial.replace(path)
+
+
+async def save_journal(path: Path, document: dict[str, Any]) -> None:
+    """`write_journal` in a worker thread: a long turn's journal is megabytes of JSON, and
+    building it must not stall every other channel's timers. The document must not change
+    while it is written (a finished turn's record does not)."""
+    await asyncio.to_thread(write_journal, path, document)
+
+
+def _declaration(tool: Tool | None) -> dict[str, Any]:
+    """What a tool declares that replay needs: its guard (R8)."""
+    if tool is None:
+        return {}
+    declared: dict[str, Any] = {}
+    if tool.guard:
+        declared["guard"] = tool.guard
+    return declared

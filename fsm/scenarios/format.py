@@ -1,7 +1,10 @@
-"""Scenario files (SCENARIOS.md): the script of everything outside the engine for one turn.
+"""Scenario and journal files (docs/scenarios.md): the script of everything outside the
+engine for one turn, and a recorded turn's journal.
 
 Loading validates the whole file and names the first problem (file and field) in one line;
-unknown fields are ignored so a scenario written for a later version still runs.
+unknown fields are ignored so a scenario written for a later version still runs. Reading
+refuses what no recorder writes (integers of absurd length, non-finite numbers) with one line
+instead of a traceback further on.
 """
 
 from __future__ import annotations
@@ -32,7 +35,31 @@ class ToolCallSpec(_Loose):
     id: str | None = None
 
 
-STEP_KINDS = ("text", "keepalive", "tool_call", "tool_calls", "end", "error", "raise", "stall")
+STEP_KINDS = ("text", "keepalive", "reasoning", "usage", "finish", "tool_call", "tool_calls",
+              "end", "error", "raise", "stall")
+
+ErrorKind = Literal["provider_stream_error", "stall_timeout", "blocked", "http"]
+
+
+class ErrorSpec(_Loose):
+    """A provider error result as the adapter reported it (what the engine and the result
+    see: kind, message, type, HTTP status, whether it may be retried)."""
+
+    message: str = ""
+    kind: ErrorKind = "provider_stream_error"
+    type: str | None = None
+    status: int | None = None
+    retryable: bool = False
+    retry_after_s: float | None = None
+
+
+class UsageSpec(_Loose):
+    """Token counts as the provider reported them."""
+
+    input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+    total_tokens: int | None = Field(default=None, ge=0)
+    thoughts_tokens: int | None = Field(default=None, ge=0)
 
 
 class Step(_Loose):
@@ -41,17 +68,33 @@ class Step(_Loose):
     at: float = Field(ge=0)
     text: str | None = None
     keepalive: bool = False
+    count: int = Field(default=1, ge=1)
+    """On a keep-alive step: how many keep-alives arrived in a row (a run is one step)."""
+    until: float | None = Field(default=None, ge=0)
+    """On a keep-alive run: when the last of them arrived."""
+    reasoning: str | None = None
+    usage: UsageSpec | None = None
+    finish: str | None = None
     tool_call: ToolCallSpec | None = None
     tool_calls: list[ToolCallSpec] | None = None
     end: Literal["completed", "empty"] | None = None
-    error: str | None = None
+    error: str | ErrorSpec | None = None
     raise_: str | None = Field(default=None, alias="raise")
+    error_type: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+    """On a `raise` step: the class name of the exception the provider raised."""
     stall: bool = False
     settles_after: float = Field(default=0.0, ge=0)
     lands: str | None = None
     flush_s: float = Field(default=0.0, ge=0)
     """On the step that ends a pass: how long the channel then took to send what the pass
     had handed it (a live Discord channel waiting out rate limits)."""
+
+    @property
+    def error_spec(self) -> ErrorSpec:
+        """The `error` step's error; a bare message is a stream error of a scripted type."""
+        if isinstance(self.error, ErrorSpec):
+            return self.error
+        return ErrorSpec(message=self.error or "", type="scripted_error")
 
     @model_validator(mode="after")
     def _one_kind(self) -> Step:
@@ -78,6 +121,8 @@ class ToolOutcome(_Loose):
     error: str | None = None
     hang: bool = False
     raise_: str | None = Field(default=None, alias="raise")
+    error_type: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+    """On a `raise` outcome: the class name of the exception the tool raised."""
     refused: str | None = None
 
     @model_validator(mode="after")
@@ -147,8 +192,17 @@ class RequestSpec(_Loose):
     scene_turn: bool = False
 
 
+class ChannelSpec(_Loose):
+    """What a live channel reported about itself: `delivered_text` is its own account of
+    what reached the users by the turn's end (a Discord channel that dropped unsent text at
+    a kill), recorded only when it differs from the text the passes handed it."""
+
+    delivered_text: str | None = None
+
+
 class Scenario(_Loose):
     name: str = "scenario"
+    channel: ChannelSpec = Field(default_factory=ChannelSpec)
     config: dict[str, Any] = Field(default_factory=dict)
     passes: list[list[Step]] = Field(default_factory=list)
     tools: dict[str, list[ToolOutcome] | GuardedTool] = Field(default_factory=dict)
@@ -214,11 +268,40 @@ def read_text(path: Path) -> str:
         raise ScenarioError(f"{path}: not UTF-8 text") from None
 
 
+MAX_INTEGER_DIGITS = 30
+"""No recorder writes a longer integer (ids are strings, counts and times are small)."""
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits, more than "
+                         f"{MAX_INTEGER_DIGITS}")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {text[:20]}{'…' if len(text) > 20 else ''} is out of range")
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def loads(text: str) -> Any:
+    """`json.loads` that refuses what a journal never holds: huge integers, non-finite
+    numbers (ValueError)."""
+    return json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
+                      parse_constant=_refuse_constant)
+
+
 def decode_json(text: str, where: str) -> Any:
     """Parse JSON text; any failure, absurd nesting and huge numbers included, is one
     ScenarioError naming `where`."""
     try:
-        return json.loads(text)
+        return loads(text)
     except json.JSONDecodeError as exc:
         raise ScenarioError(f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: "
                             f"{exc.msg}") from None
@@ -234,3 +317,81 @@ def read_json(path: Path) -> Any:
 
 def load_scenario(path: Path) -> Scenario:
     return parse_scenario(read_json(path), str(path))
+
+
+def journal_document(scenario: dict[str, Any], transitions: list[dict[str, Any]],
+                     result: dict[str, Any]) -> dict[str, Any]:
+    """A recorded journal: the scenario fields that reproduce it, the transitions, the result.
+    When the channel's own account of what it delivered differs from the passes' text, that
+    account is an input of the result and is recorded too (`channel.delivered_text`)."""
+    doc = {k: v for k, v in scenario.items() if k not in ("journal", "result", "expect")}
+    delivered = result.get("delivered_text")
+    passes = result.get("pass_results")
+    if isinstance(delivered, str) and isinstance(passes, list) and "channel" not in doc:
+        handed = "".join(p.get("text", "") for p in passes if isinstance(p, dict))
+        if delivered != handed:
+            doc["channel"] = {"delivered_text": delivered}
+    doc["journal"] = [dict(t) for t in transitions]
+    doc["result"] = result
+    return doc
+
+
+def read_journal(path: Path) -> Any:
+    """A journal file: one JSON document, or JSON Lines as `run-scenario` prints them."""
+    text = read_text(path)
+    try:
+        return loads(text)
+    except json.JSONDecodeError as exc:
+        first_error = exc
+    except (RecursionError, ValueError):
+        return decode_json(text, str(path))
+    lines: list[Any] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if number == 1 and not line.lstrip().startswith("{"):
+            raise ScenarioError(f"{path}: invalid JSON at line {first_error.lineno} column "
+                                f"{first_error.colno}: {first_error.msg}")
+        lines.append(decode_json(line, f"{path}: line {number}"))
+    if not lines:
+        raise ScenarioError(f"{path}: empty file, not a journal")
+    return lines
+
+
+def split_journal(data: Any, source: str) -> tuple[Scenario, list[dict[str, Any]], dict[str, Any]]:
+    """A recorded journal's scenario, transitions and result.
+
+    Accepts the JSON document `write_journal` produces, or JSON Lines with a
+    `{"scenario": …}` line, the transition lines and the `{"result": …}` line."""
+    if isinstance(data, list):
+        scenario_data: Any = None
+        lines: list[dict[str, Any]] = []
+        result: Any = None
+        for line in data:
+            if not isinstance(line, dict):
+                raise ScenarioError(f"{source}: every journal line must be a JSON object")
+            if "scenario" in line:
+                scenario_data = line["scenario"]
+            elif "result" in line:
+                result = line["result"]
+            else:
+                lines.append(line)
+        if scenario_data is None:
+            raise ScenarioError(f"{source}: the journal carries no scenario line")
+        if not isinstance(scenario_data, dict):
+            raise ScenarioError(f"{source}: scenario: not an object")
+        data = {**scenario_data, "journal": lines, "result": result}
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a journal is a JSON object")
+    transitions = data.get("journal")
+    result = data.get("result")
+    if not isinstance(transitions, list):
+        raise ScenarioError(f"{source}: journal: missing or not a list of transitions")
+    for index, line in enumerate(transitions):
+        if not isinstance(line, dict):
+            raise ScenarioError(f"{source}: journal[{index}]: a transition is a JSON object")
+    if not isinstance(result, dict):
+        raise ScenarioError(f"{source}: result: missing or not an object")
+    scenario = parse_scenario({k: v for k, v in data.items() if k not in ("journal", "result")},
+                              source)
+    return scenario, transitions, result

@@ -1,12 +1,11 @@
-"""Playing scenarios on the real engine, and replaying journals against it."""
+"""Playing scenarios on the real engine, on a virtual clock (replaying a journal is
+`fsm.review.replay`: it plays the journal's scenario here and compares)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import looptime
@@ -16,10 +15,14 @@ from ..engine.prefill import TurnRequest
 from ..engine.provider import HistoryEntry
 from ..engine.result import TurnResult
 from ..engine.stash import ContextStash
+from ..engine.table import TERMINAL
 from ..engine.turn import Turn, TurnObserver
-from ..review.journal import journal_document
-from .format import Scenario, ScenarioError, decode_json, parse_scenario, read_text
+from .format import HistoryMessage, Scenario, journal_document, read_journal, split_journal
 from .scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
+
+__all__ = ["Played", "play", "play_virtual", "read_journal", "run_virtual", "split_journal",
+           "turn_request"]
+_TERMINAL_NAMES = frozenset(s.value for s in TERMINAL)
 
 T = TypeVar("T")
 HISTORY_FIELDS = ("tool_name", "arguments", "result", "call_id", "pre_tool_text", "success")
@@ -76,13 +79,20 @@ async def play(scenario: Scenario, observer: TurnObserver | None = None) -> Play
                                 max_follow_up_interrupts=config.max_follow_up_interrupts)
     lock = locks.try_acquire(CHANNEL_ID, owner=scenario.name)
     assert lock is not None
-    channel = InMemoryChannel(scenario.history, flush_delays=scenario.flush_delays())
+    channel: InMemoryChannel
+    if scenario.channel.delivered_text is not None:
+        channel = AccountedChannel(scenario.history, flush_delays=scenario.flush_delays(),
+                                   account=scenario.channel.delivered_text)
+    else:
+        channel = InMemoryChannel(scenario.history, flush_delays=scenario.flush_delays())
     provider = ScriptedProvider(scenario.passes)
     tools = ScriptedTools(scenario.tools, stash, stash_keys)
     turn = Turn(provider=provider, channel=channel, locks=locks, lock=lock,
                 request=turn_request(scenario),
                 tools=tools.registry, stash=stash, config=config, observer=observer,
                 turn_id=scenario.name)
+    if isinstance(channel, AccountedChannel):
+        channel.turn = turn
     start = loop.time()
 
     async def stash_later(at: float, name: str, body: dict[str, Any]) -> None:
@@ -109,6 +119,23 @@ async def play(scenario: Scenario, observer: TurnObserver | None = None) -> Play
                   channel=channel, provider=provider, locks=locks, stash=stash)
 
 
+class AccountedChannel(InMemoryChannel):
+    """The in-memory channel, reporting the recorded live channel's own account of what it
+    delivered (`channel.delivered_text`) once the turn has ended — the one place the
+    engine reads it — and nothing before."""
+
+    def __init__(self, history: list[HistoryMessage], flush_delays: list[float],
+                 account: str) -> None:
+        super().__init__(history, flush_delays=flush_delays)
+        self.account = account
+        self.turn: Turn | None = None
+
+    @property
+    def delivered_text(self) -> str:
+        turn = self.turn
+        return self.account if turn is not None and turn.state in _TERMINAL_NAMES else ""
+
+
 def run_virtual(factory: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine on a fresh event loop whose clock is virtual (looptime)."""
     loop = looptime.new_event_loop(start=0.0)
@@ -121,108 +148,3 @@ def run_virtual(factory: Callable[[], Awaitable[T]]) -> T:
 
 def play_virtual(scenario: Scenario, observer: TurnObserver | None = None) -> Played:
     return run_virtual(lambda: play(scenario, observer))
-
-
-def read_journal(path: Path) -> Any:
-    """A journal file: one JSON document, or JSON Lines as `run-scenario` prints them."""
-    text = read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        first_error = exc
-    except (RecursionError, ValueError):
-        return decode_json(text, str(path))
-    lines: list[Any] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        if number == 1 and not line.lstrip().startswith("{"):
-            raise ScenarioError(f"{path}: invalid JSON at line {first_error.lineno} column "
-                                f"{first_error.colno}: {first_error.msg}")
-        lines.append(decode_json(line, f"{path}: line {number}"))
-    if not lines:
-        raise ScenarioError(f"{path}: empty file, not a journal")
-    return lines
-
-
-def split_journal(data: Any, source: str) -> tuple[Scenario, list[dict[str, Any]], dict[str, Any]]:
-    """A recorded journal's scenario, transitions and result.
-
-    Accepts the JSON document `write_journal` produces, or JSON Lines with a
-    `{"scenario": …}` line, the transition lines and the `{"result": …}` line."""
-    if isinstance(data, list):
-        scenario_data: Any = None
-        lines: list[dict[str, Any]] = []
-        result: Any = None
-        for line in data:
-            if not isinstance(line, dict):
-                raise ScenarioError(f"{source}: every journal line must be a JSON object")
-            if "scenario" in line:
-                scenario_data = line["scenario"]
-            elif "result" in line:
-                result = line["result"]
-            else:
-                lines.append(line)
-        data = {**(scenario_data or {}), "journal": lines, "result": result}
-        if scenario_data is None:
-            raise ScenarioError(f"{source}: the journal carries no scenario line")
-    if not isinstance(data, dict):
-        raise ScenarioError(f"{source}: a journal is a JSON object")
-    transitions = data.get("journal")
-    result = data.get("result")
-    if not isinstance(transitions, list):
-        raise ScenarioError(f"{source}: journal: missing or not a list of transitions")
-    if not isinstance(result, dict):
-        raise ScenarioError(f"{source}: result: missing or not an object")
-    scenario = parse_scenario({k: v for k, v in data.items() if k not in ("journal", "result")},
-                              source)
-    return scenario, transitions, result
-
-
-def first_difference(expected: Any, actual: Any, where: str = "") -> str | None:
-    """A readable description of the first place two JSON values differ."""
-    if isinstance(expected, dict) and isinstance(actual, dict):
-        for key in list(expected) + [k for k in actual if k not in expected]:
-            if key not in actual:
-                return f"{where}.{key}: recorded {_show(expected[key])}, replay has none"
-            if key not in expected:
-                return f"{where}.{key}: not recorded, replay has {_show(actual[key])}"
-            diff = first_difference(expected[key], actual[key], f"{where}.{key}")
-            if diff:
-                return diff
-        return None
-    if isinstance(expected, list) and isinstance(actual, list):
-        for index, (a, b) in enumerate(zip(expected, actual, strict=False)):
-            diff = first_difference(a, b, f"{where}[{index}]")
-            if diff:
-                return diff
-        if len(expected) != len(actual):
-            return (f"{where}: recorded {len(expected)} entries, replay has {len(actual)}")
-        return None
-    numbers = (int, float)
-    if isinstance(expected, numbers) and isinstance(actual, numbers) \
-            and not isinstance(expected, bool) and abs(expected - actual) <= 1e-6:
-        return None
-    if expected != actual:
-        return f"{where or 'value'}: recorded {_show(expected)}, replay has {_show(actual)}"
-    return None
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
-def replay_difference(data: Any, source: str) -> str | None:
-    """None when the journal replays to the same transitions and result (virtual clock)."""
-    return run_virtual(lambda: replay_on_loop(data, source))
-
-
-async def replay_on_loop(data: Any, source: str) -> str | None:
-    """`replay_difference` on the running loop, whose clock must be virtual to match."""
-    scenario, transitions, result = split_journal(data, source)
-    played = await play(scenario)
-    diff = first_difference(transitions, played.transitions, "journal")
-    if diff:
-        return diff
-    return first_difference(result, played.result.as_dict(), "result")

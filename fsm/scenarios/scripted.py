@@ -18,8 +18,10 @@ from ..engine.provider import (
     PassRequest,
     ProviderError,
     ProviderEvent,
+    ReasoningDelta,
     TextDelta,
     ToolCallRequest,
+    Usage,
 )
 from ..engine.stash import ContextStash
 from ..engine.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
@@ -30,6 +32,20 @@ STASH_REF = "$stash:"
 
 class ScriptedProviderError(RuntimeError):
     """The `raise` step: an unexpected exception from the provider (S15)."""
+
+
+_NAMED_ERRORS: dict[tuple[type[Exception], str], type[Exception]] = {}
+
+
+def named_error(base: type[Exception], name: str | None) -> type[Exception]:
+    """A subclass of `base` called `name`, so a replayed exception reads as the recorded one
+    did (`TypeError: …`) without the journal choosing which real class is raised."""
+    if not name:
+        return base
+    key = (base, name)
+    if key not in _NAMED_ERRORS:
+        _NAMED_ERRORS[key] = type(name, (base,), {"__module__": "replayed"})
+    return _NAMED_ERRORS[key]
 
 
 async def _sleep_until(when: float, abort: AbortSignal) -> bool:
@@ -84,6 +100,9 @@ class ScriptedProvider:
 
     async def _play(self, steps: list[Step], abort: AbortSignal) -> AsyncIterator[ProviderEvent]:
         start = asyncio.get_running_loop().time()
+        # A recorded pass carries the provider's own finish word as a step; only a
+        # hand-written one gets the word an ending step implies.
+        implied_finish = not any(step.finish is not None for step in steps)
         for step in steps:
             if not await _sleep_until(start + step.at, abort):
                 return
@@ -92,23 +111,39 @@ class ScriptedProvider:
                 yield TextDelta(step.text or "")
             elif kind == "keepalive":
                 yield KeepAlive("scripted")
+                if step.count > 1:
+                    # A recorded run of keep-alives: the engine acts on none of them, so
+                    # the last one stands for the rest.
+                    if not await _sleep_until(start + (step.until or step.at), abort):
+                        return
+                    yield KeepAlive("scripted")
+            elif kind == "reasoning":
+                yield ReasoningDelta(step.reasoning or "")
+            elif kind == "usage":
+                yield Usage(**(step.usage.model_dump() if step.usage else {}))
+            elif kind == "finish":
+                yield Finish(step.finish or "")
             elif kind in ("tool_call", "tool_calls"):
                 specs = [step.tool_call] if step.tool_call is not None else step.tool_calls or []
                 for spec in specs:
                     if spec is not None:
                         yield _call(spec)
-                yield Finish("tool_calls")
+                if implied_finish:
+                    yield Finish("tool_calls")
                 return
             elif kind == "end":
-                if step.end == "completed":
+                if step.end == "completed" and implied_finish:
                     yield Finish("stop")
                 return
             elif kind == "error":
-                yield ProviderError(kind="provider_stream_error", message=step.error or "",
-                                    type="scripted_error")
+                error = step.error_spec
+                yield ProviderError(kind=error.kind, message=error.message, type=error.type,
+                                    status=error.status, retryable=error.retryable,
+                                    retry_after_s=error.retry_after_s)
                 return
             elif kind == "raise":
-                raise ScriptedProviderError(step.raise_ or "scripted failure")
+                raise named_error(ScriptedProviderError, step.error_type)(
+                    step.raise_ or "scripted failure")
             elif kind == "stall":
                 async for event in self._stall(abort, step.settles_after, step.lands):
                     yield event
@@ -160,7 +195,7 @@ class ScriptedTools:
             if outcome.after > 0:
                 await asyncio.sleep(outcome.after)
             if outcome.raise_ is not None:
-                raise RuntimeError(outcome.raise_)
+                raise named_error(RuntimeError, outcome.error_type)(outcome.raise_)
             if outcome.refused is not None:
                 return ToolResult.fail(outcome.refused)
             if outcome.success:
