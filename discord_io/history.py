@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import discord
 
+from fsm.engine.user_text import quoted_name
+
 log = logging.getLogger(__name__)
 
 DEFAULT_LIMIT = 50
@@ -28,11 +30,13 @@ ContextItem = dict[str, Any]
 
 
 def _content(message: discord.Message, max_chars: int) -> str:
+    """The text, then its attachments and stickers; their names are the uploader's choice,
+    so each is a one-line quoted string (it cannot open a line or a directive of its own)."""
     parts = [message.clean_content]
     for attachment in message.attachments:
-        kind = f" ({attachment.content_type})" if attachment.content_type else ""
-        parts.append(f"<attachment: {attachment.filename}{kind}>")
-    parts.extend(f"<sticker: {sticker.name}>" for sticker in message.stickers)
+        kind = f" ({quoted_name(attachment.content_type)})" if attachment.content_type else ""
+        parts.append(f"<attachment: {quoted_name(attachment.filename)}{kind}>")
+    parts.extend(f"<sticker: {quoted_name(sticker.name)}>" for sticker in message.stickers)
     text = "\n".join(part for part in parts if part)
     if len(text) > max_chars:
         text = text[: max_chars - 1] + "…"

@@ -5,9 +5,10 @@
 - `role`: `"user"`, `"assistant"` or `"system"` (`"model"` is accepted for assistant and
   `"developer"` for system); extra keys are ignored unless named below.
 - the text: `annotated_text` when present (the message-metadata reveal, R6); otherwise, for a
-  user `type: "dialogue"` item, one line `author: content` followed by its reaction counts
-  (R6: ordinary turns show counts only), with the author flattened and directive look-alikes
-  neutralized as the reveal does; otherwise `content` (a string or a list of parts) or
+  user `type: "dialogue"` item, `"author": content` followed by its reaction counts (R6:
+  ordinary turns show counts only), the author a one-line quoted string, content of several
+  lines quoted line by line below it and directive look-alikes neutralized, as the reveal
+  does (`fsm.engine.user_text`); otherwise `content` (a string or a list of parts) or
   `parts` (a list of parts). The bot's own dialogue gets no name prefix, so the model does
   not learn to write one.
 - a part: a string; `{"type": "text", "text": ...}` or `{"text": ...}`; an image as
@@ -34,8 +35,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fsm.engine.metadata import neutralize
 from fsm.engine.provider import HistoryEntry, PassRequest
+from fsm.engine.user_text import neutralize, one_line, quoted_lines, quoted_name
 
 logger = logging.getLogger(__name__)
 
@@ -168,10 +169,17 @@ def _item_parts(item: dict[str, Any], role: Role, where: str) -> list[Part]:
 
 
 def _dialogue_line(item: dict[str, Any]) -> str:
-    author = neutralize(" ".join(str(item.get("author") or "unknown").split()))
-    line = f"{author}: {neutralize(str(item.get('content') or ''))}"
+    """`"author": content`; content of several lines goes below, quoted line by line, so no
+    line of it can pass for another speaker's (or the engine's) line."""
+    author = quoted_name(item.get("author") or "unknown")
+    content = str(item.get("content") or "")
+    lines = neutralize(content).splitlines()
+    if len(lines) <= 1:
+        line = f"{author}: {lines[0] if lines else ''}"
+    else:
+        line = f"{author}:\n{quoted_lines(content)}"
     counts = [
-        f"{reaction['emoji']}x{reaction.get('count', 0)}"
+        f"{one_line(reaction['emoji'])}x{reaction.get('count', 0)}"
         for reaction in item.get("reactions") or []
         if isinstance(reaction, dict) and isinstance(reaction.get("emoji"), str)
     ]

@@ -38,6 +38,7 @@ from fsm.engine.restart import METADATA_TAIL_DIRECTIVE
 from fsm.engine.restart_runner import already_sent_notice
 from fsm.engine.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
 from fsm.engine.turn import Turn
+from fsm.engine.user_text import quoted_name
 from fsm.scenarios.format import HistoryMessage, Reaction, parse_scenario
 from fsm.scenarios.runner import run_virtual
 from fsm.scenarios.scripted import InMemoryChannel, history_items
@@ -530,7 +531,7 @@ def shape(item: dict[str, Any]) -> dict[str, Any]:
     """A context item without its rendered line, which must name its ref and author."""
     if "metadata" in item:
         meta = item["metadata"]
-        assert item["annotated_text"].startswith(f"{meta['ref']} | {meta['author']}")
+        assert item["annotated_text"].startswith(f"{meta['ref']} | {quoted_name(meta['author'])}")
         return {k: v for k, v in item.items() if k != "annotated_text"}
     assert "annotated_text" not in item
     return item

@@ -4,28 +4,16 @@ recent dialogue with ref handles, authors, sent times, reply references and reac
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from .channel import TurnChannel
+from .user_text import neutralize, one_line, quoted_lines, quoted_name
+
+__all__ = ["LookupBudget", "LookupProgress", "annotate", "fetch_reactors", "neutralize",
+           "render_line", "tail_directive"]
 
 log = logging.getLogger(__name__)
-
-_DIRECTIVE_LOOKALIKE = re.compile(
-    r"\[(\s*(?:system|developer|assistant|engine|directive|tool|metadata|note)\s*:)",
-    re.IGNORECASE,
-)
-
-
-def neutralize(text: str) -> str:
-    """Stop user-controlled text from posing as an engine directive (`[System: …]`): the
-    bracket becomes a look-alike and line breaks in single-line fields are flattened."""
-    return _DIRECTIVE_LOOKALIKE.sub(lambda m: "\u27e6" + m.group(1), text)
-
-
-def _one_line(text: str) -> str:
-    return neutralize(" ".join(text.split()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,33 +79,36 @@ def annotate(
     recent: int,
 ) -> list[dict[str, Any]]:
     """Copies of `items` whose recent dialogue carries a `metadata` block and an annotated
-    text line; older items and non-dialogue items are returned unchanged."""
-    dialogue_positions = [i for i, item in enumerate(items) if _is_dialogue(item)][-recent:]
+    text line; older items, non-dialogue items and the bot's own messages (role
+    `assistant`: the model must not learn to write headers) are returned unchanged."""
+    recent_positions = [i for i, item in enumerate(items) if _is_dialogue(item)][-recent:]
+    own = {items[i]["message_id"] for i in recent_positions if _is_own(items[i])}
+    dialogue_positions = [i for i in recent_positions if not _is_own(items[i])]
     refs = {items[i]["message_id"]: f"ref_{n}" for n, i in enumerate(dialogue_positions, 1)}
     out = list(items)
     for position in dialogue_positions:
         item = dict(items[position])
         message_id = item["message_id"]
-        author = _one_line(str(item.get("author", "unknown")))
+        author = one_line(str(item.get("author", "unknown")))
         meta: dict[str, Any] = {
             "ref": refs[message_id],
             "message_id": message_id,
             "author": author,
-            "author_id": _one_line(str(item.get("author_id", ""))),
-            "sent_at": _one_line(str(item.get("sent_at", ""))),
+            "author_id": one_line(str(item.get("author_id", ""))),
+            "sent_at": one_line(str(item.get("sent_at", ""))),
         }
         reply_to = item.get("reply_to")
         if isinstance(reply_to, str):
-            meta["reply_to"] = refs.get(reply_to, reply_to)
+            meta["reply_to"] = "you" if reply_to in own else refs.get(reply_to, one_line(reply_to))
         reactions_meta = []
         for reaction in item.get("reactions") or []:
             if not isinstance(reaction, dict) or not isinstance(reaction.get("emoji"), str):
                 continue
             emoji = reaction["emoji"]
-            entry: dict[str, Any] = {"emoji": emoji, "count": reaction.get("count", 0)}
+            entry: dict[str, Any] = {"emoji": one_line(emoji), "count": reaction.get("count", 0)}
             names = reactors.get((message_id, emoji))
             if names is not None:
-                entry["users"] = [_one_line(n) for n in names]
+                entry["users"] = [one_line(n) for n in names]
             reactions_meta.append(entry)
         if reactions_meta:
             meta["reactions"] = reactions_meta
@@ -128,9 +119,16 @@ def annotate(
     return out
 
 
+def _is_own(item: dict[str, Any]) -> bool:
+    return item.get("role") in ("assistant", "model")
+
+
 def render_line(meta: dict[str, Any], content: str) -> str:
-    """One dialogue line as the model reads it after the reveal."""
-    header = f"{meta['ref']} | {meta['author']} ({meta['author_id']}) at {meta['sent_at']}"
+    """One dialogue message as the model reads it after the reveal: a header line whose
+    user-controlled fields are quoted strings, then the content quoted line by line, so
+    nothing a user writes can look like a header or a directive."""
+    header = (f"{meta['ref']} | {quoted_name(meta['author'])} ({meta['author_id']}) "
+              f"at {meta['sent_at']}")
     if "reply_to" in meta:
         header += f" replying to {meta['reply_to']}"
     reactions = meta.get("reactions") or []
@@ -138,10 +136,10 @@ def render_line(meta: dict[str, Any], content: str) -> str:
         shown = []
         for reaction in reactions:
             users = reaction.get("users")
-            who = f" by {', '.join(users)}" if users else ""
+            who = f" by {', '.join(quoted_name(user) for user in users)}" if users else ""
             shown.append(f"{reaction['emoji']}x{reaction['count']}{who}")
         header += " | reactions: " + "; ".join(shown)
-    return f"{header}\n{content}"
+    return f"{header}\n{quoted_lines(content)}"
 
 
 def tail_directive(text: str) -> dict[str, Any]:

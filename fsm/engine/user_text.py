@@ -1,0 +1,132 @@
+"""How user-controlled text (message content, display names, reactor names) is written into
+what the model reads, so that none of it can pass for the engine's own framing.
+
+The engine frames the dialogue with header lines (`ref_N | "name" (id) at ...`, `"name": ...`)
+and speaks to the model in bracketed directives (`[System: ...]`). A chat user controls
+names and content, so:
+
+- a name is one line, quoted as a JSON string: it cannot close its quotes, carry a newline or
+  fake the fields after it (`Owner, Admin` stays one reactor);
+- content is quoted line by line (`> `), after splitting on every Unicode line break: a
+  forged header or speaker line inside it always shows as quoted;
+- directive look-alikes lose their opening bracket (`[` becomes `⟦`). They are found on a
+  skeleton of the text, NFKC-normalized, with invisible format characters and combining marks
+  removed and homoglyphs (Unicode's confusables table) folded to ASCII, so `[SYSTEM]`,
+  `[System Message:`, `［ＳＹＳＴＥＭ：`, `[Ѕуѕtеm:` and `[Sys\u200btem:` are all caught;
+- invisible format characters (bidi overrides, zero-width spaces, tag characters that smuggle
+  hidden ASCII) are removed from what is shown; the zero-width joiner stays, for emoji.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from functools import cache
+
+NEUTRAL_OPENER = "\u27e6"
+"""What a directive look-alike's opening bracket becomes (MATHEMATICAL WHITE SQUARE BRACKET)."""
+
+QUOTE = "> "
+_ZWJ = "\u200d"
+
+
+@cache
+def _openers() -> str:
+    """Every opening bracket of the BMP (category Ps), and whatever NFKC makes one or `<`
+    (built on first use: a scan of the BMP)."""
+    found = []
+    for code in range(0x10000):
+        char = chr(code)
+        if unicodedata.category(char) == "Ps" or unicodedata.normalize("NFKC", char) in "<[({":
+            found.append(char)
+    return "".join(found).replace(NEUTRAL_OPENER, "")
+_WORDS = (
+    "system", "sys", "developer", "dev", "assistant", "engine", "directive", "tool",
+    "metadata", "note", "notice", "admin", "administrator", "moderator", "operator",
+    "instruction", "instructions", "override", "bot", "model", "reminder", "important",
+    "im_start", "im_end", "endoftext",
+)
+
+
+def _spaced(word: str) -> str:
+    """`word` with optional separators between its letters (`S.Y.S.T.E.M`, `s y s`)."""
+    return r"[\s._*\-]*".join(re.escape(letter) for letter in word)
+
+
+@cache
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(any opening bracket, a directive look-alike on a skeleton)."""
+    brackets = "[" + re.escape(_openers()) + "]"
+    words = "|".join(_spaced(w) for w in sorted(_WORDS, key=len, reverse=True))
+    lookalike = f"({brackets})" + r"[\s*_~`|#/!>\-]*" + f"(?:{words})" + r"(?![a-z0-9])"
+    return re.compile(brackets), re.compile(lookalike)
+
+
+@cache
+def _ascii_lookalike(char: str) -> str:
+    """The ASCII letter or digit `char` is confusable with, or `char` itself."""
+    if char.isascii():
+        return char
+    from confusable_homoglyphs.confusables import confusables_data  # 0.3 s: only when needed
+
+    for glyph in confusables_data.get(char, ()):
+        candidate = glyph["c"]
+        if len(candidate) == 1 and candidate.isascii() and candidate.isalnum():
+            return str(candidate)
+    return char
+
+
+def _invisible(char: str) -> bool:
+    return unicodedata.category(char) == "Cf" and char != _ZWJ
+
+
+def without_invisibles(text: str) -> str:
+    """`text` less bidi controls, zero-width characters and tag characters (not ZWJ)."""
+    return "".join(char for char in text if not _invisible(char))
+
+
+def skeleton(text: str) -> tuple[str, list[int]]:
+    """What `text` looks like, for look-alike checks: NFKC, no invisible characters or
+    combining marks, homoglyphs folded to ASCII, case folded. Also, for each skeleton
+    character, the index of the character of `text` it came from."""
+    out: list[str] = []
+    origin: list[int] = []
+    for index, char in enumerate(text):
+        for part in unicodedata.normalize("NFKC", char):
+            if unicodedata.category(part) in ("Cf", "Mn", "Me"):
+                continue
+            for folded in _ascii_lookalike(part).casefold():
+                out.append(folded)
+                origin.append(index)
+    return "".join(out), origin
+
+
+def neutralize(text: str) -> str:
+    """`text` with invisible characters removed and every directive look-alike's opening
+    bracket replaced, so no user text can pose as an engine directive."""
+    text = without_invisibles(text)
+    any_opener, lookalike = _patterns()
+    if not any_opener.search(text):
+        return text
+    shape, origin = skeleton(text)
+    chars = list(text)
+    for match in lookalike.finditer(shape):
+        chars[origin[match.start(1)]] = NEUTRAL_OPENER
+    return "".join(chars)
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: every run of whitespace (any Unicode line break too) is a space."""
+    return " ".join(neutralize(text).split())
+
+
+def quoted_name(name: object) -> str:
+    """A display name or other short user field, as a one-line JSON string."""
+    return json.dumps(one_line(str(name)), ensure_ascii=False)
+
+
+def quoted_lines(content: str) -> str:
+    """Content as a quoted block: every line, whatever broke it, starts with `> `."""
+    lines = neutralize(content).splitlines() or [""]
+    return "\n".join(QUOTE + line for line in lines)
