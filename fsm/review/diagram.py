@@ -537,7 +537,7 @@ def write_graph(dot: str, prefix: Path) -> list[Path]:
     written[0].write_text(dot, encoding="utf-8")
     for fmt in ("svg", "png"):
         target = prefix.with_name(f"{prefix.name}.{fmt}")
-        target.write_bytes(graphviz.pipe("dot", fmt, dot.encode("utf-8")))
+        target.write_bytes(graphviz.pipe("dot", fmt, dot.encode("utf-8"), quiet=True))
         written.append(target)
     return written
 
