@@ -170,7 +170,8 @@ class Engine:
 
     def __init__(self, journal: bool = True) -> None:
         self.locks = ChannelLockRegistry()
-        self.config = TurnConfig()
+        # The per-chunk workload streams far more than one reply may deliver (D5).
+        self.config = TurnConfig(max_delivered_chars=10**9)
         self.tools = tool_registry()
         self.journal = journal
 

@@ -19,7 +19,13 @@ from typing import Any, Literal
 import aiohttp
 import discord
 
-from fsm.engine.channel import Notice, NoticeKind, TurnChannel
+from fsm.engine.channel import (
+    DeliveryCapReached,
+    DestinationUnavailable,
+    Notice,
+    NoticeKind,
+    TurnChannel,
+)
 
 from .rate_limits import guard_global_rate_limit
 from .splitting import MESSAGE_LIMIT, Chunk, StreamSplitter
@@ -40,7 +46,12 @@ NOTICE_COLOURS: dict[NoticeKind, int] = {
     "still_working": 0x3498DB,
     "tool_error_loop": 0xE74C3C,
     "max_iterations": 0xE74C3C,
+    "delivery_cap": 0xE67E22,
+    "answered_by_fallback": 0x95A5A6,
 }
+DEAD_DESTINATION_CODES = frozenset({50001, 50013, 10003})
+"""Discord's codes for a send refused because of the channel itself: Missing Access,
+Missing Permissions, Unknown Channel (G3). Another model cannot deliver there either."""
 
 
 class DeliveryError(RuntimeError):
@@ -50,6 +61,10 @@ class DeliveryError(RuntimeError):
         super().__init__(message)
         self.status = status
         self.code = code
+
+
+class DestinationRefused(DeliveryError, DestinationUnavailable):
+    """Discord refuses sends to this channel at all (G3): the chain stops."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +118,14 @@ class DiscordChannel(TurnChannel):
         idle_flush_s: float | None = DEFAULT_IDLE_FLUSH_S,
         typing_resume_s: float | None = DEFAULT_TYPING_RESUME_S,
         close_grace_s: float = DEFAULT_CLOSE_GRACE_S,
+        max_messages: int | None = None,
     ) -> None:
         self.channel_id = channel_id
+        self.max_messages = max_messages
+        """The reply's bound in messages (D5): text past it is dropped and the next
+        `deliver` or `finish_pass` raises `DeliveryCapReached`."""
+        self.capped = False
+        self._text_messages = 0
         self.reply_to = reply_to
         self.typing = typing
         self.flush_paragraphs = flush_paragraphs
@@ -149,6 +170,7 @@ class DiscordChannel(TurnChannel):
             chunks += self._splitter.flush_boundary()
         for chunk in chunks:
             self._enqueue(_Outgoing(chunk=chunk, notice=None))
+        self._raise_if_capped()
         self._arm_idle_flush()
 
     async def finish_pass(self) -> None:
@@ -164,6 +186,7 @@ class DiscordChannel(TurnChannel):
             self.typing.start(delay_s=self.typing_resume_s)
         if self.failure is not None:
             raise self.failure
+        self._raise_if_capped()
 
     def discard_unsent(self) -> None:
         """Drop the buffered text and the messages queued behind a send in flight; the send
@@ -197,6 +220,16 @@ class DiscordChannel(TurnChannel):
             return []
         return [user.get("global_name") or user["username"] for user in users]
 
+    async def post_thoughts(self, channel_id: str, owner: str, text: str) -> None:
+        """The reply's thought log, with its owner, in the operator's thought-log channel
+        (T8), cut at natural boundaries like a reply; never a mention."""
+        target = self._client.get_partial_messageable(int(channel_id))
+        splitter = StreamSplitter(MESSAGE_LIMIT)
+        chunks = splitter.feed(f"**Thoughts of {owner}:** {text}") + splitter.flush()
+        for chunk in chunks:
+            await target.send(content=chunk.content,
+                              allowed_mentions=discord.AllowedMentions.none())
+
     # ---- lifecycle -----------------------------------------------------------------------
 
     async def cleanup(self) -> int:
@@ -219,6 +252,7 @@ class DiscordChannel(TurnChannel):
                 log.warning("could not delete message %s: %s", message.message_id, _describe(exc))
                 kept.append(message)
         self.delivered = kept
+        self._text_messages = len(kept)  # what was deleted no longer counts (D5)
         if not kept and not self.notices:
             self._replied = False
         if kept:
@@ -238,10 +272,31 @@ class DiscordChannel(TurnChannel):
     # ---- internals -----------------------------------------------------------------------
 
     def _enqueue(self, item: _Outgoing) -> None:
+        if item.chunk is not None and self._over_cap():
+            item.done.set_result(None)
+            return
         self._outbox.append(item)
         self._unsettled.append(item.done)
         if self._pump is None or self._pump.done():
             self._pump = asyncio.create_task(self._run_pump(), name=f"deliver:{self.channel_id}")
+
+    def _over_cap(self) -> bool:
+        """Count a text message against the bound; True (and capped) once past it (D5)."""
+        if self.max_messages is None:
+            return False
+        if self._text_messages >= self.max_messages:
+            if not self.capped:
+                log.warning("channel %s: the reply reached its bound of %d messages",
+                            self.channel_id, self.max_messages)
+            self.capped = True
+            return True
+        self._text_messages += 1
+        return False
+
+    def _raise_if_capped(self) -> None:
+        if self.capped:
+            raise DeliveryCapReached(f"the reply reached its bound of {self.max_messages} "
+                                     "messages")
 
     async def _settle(self) -> None:
         """Wait until everything enqueued so far was sent or failed."""
@@ -307,7 +362,8 @@ class DiscordChannel(TurnChannel):
         log.error("sending a %s to channel %s failed: %s", what, self.channel_id, detail)
         status = exc.status if isinstance(exc, discord.HTTPException) else None
         code = exc.code if isinstance(exc, discord.HTTPException) else None
-        return DeliveryError(
+        kind = DestinationRefused if code in DEAD_DESTINATION_CODES else DeliveryError
+        return kind(
             f"could not send a {what} to channel {self.channel_id}: {detail}",
             status=status,
             code=code,

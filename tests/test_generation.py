@@ -74,7 +74,8 @@ async def test_last_attempt_timing_out_posts_only_its_own_notice() -> None:
 
 
 async def test_completed_tool_calls_are_named_to_the_replacement_attempt() -> None:
-    # covers G1, S1 (request-only notice before the prefill), R10 (no restart replay)
+    # covers G1, S1 (the prefill folded into the replayed call's turn, not repeated at the
+    # end; the request-only notice last), R10 (no restart replay)
     primary = _provider([{"at": 1, "tool_call": {"name": "weather", "args": {"city": "Oslo"}}}],
                         [{"at": 1, "text": "It is"}, {"at": 2, "error": "server_error"}])
     fallback = _provider([{"at": 1, "text": " cold."}, {"at": 2, "end": "completed"}])
@@ -82,9 +83,10 @@ async def test_completed_tool_calls_are_named_to_the_replacement_attempt() -> No
                            tools={"weather": [{"after": 1, "success": True, "data": {"c": -3}}]})
     request = fallback.requests[0]
     kinds = [item["kind"] for item in request.tail]
-    assert kinds == ["tool_history", "notice", "prefill"]
+    assert kinds == ["tool_history", "notice"]
     assert "weather" in request.tail[1]["content"] and "Oslo" in request.tail[1]["content"]
-    assert request.prefill == "It is" and result.status == "completed"
+    assert request.function_history[0].pre_tool_text == "It is"
+    assert request.prefill == "" and result.status == "completed"
 
 
 async def test_kill_or_tool_loop_failure_does_not_fall_back() -> None:

@@ -24,8 +24,8 @@ from fsm.engine.provider import (
 from fsm.engine.tools import ToolRegistry
 from fsm.engine.turn import Turn
 from fsm.review.journal import JournalRecorder, journal_document
-from fsm.scenarios.format import Step, parse_scenario
 from fsm.review.replay import replay_on_loop
+from fsm.scenarios.format import Step, parse_scenario
 from fsm.scenarios.runner import play
 from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider
 
@@ -76,16 +76,28 @@ class ProbeProvider:
 
 
 async def test_prefill_is_last_and_notices_precede_it() -> None:
-    # covers S1
+    # covers S1: with no tool history the prefill is the last item, after the notices
+    request = TurnRequest(prefill="Continuing: ", request_notices=["[System: lookup done]"])
+    provider = ProbeProvider([(1, "x")])
+    await _turn(provider, request).run()
+    tail = provider.requests[0].tail
+    assert [item["kind"] for item in tail] == ["notice", "prefill"]
+    assert tail[-1]["content"] == provider.requests[0].prefill == "Continuing: "
+
+
+async def test_prefill_folds_into_the_first_tool_call_turn() -> None:
+    # covers S1: once there is tool history the prefill is merged into the first tool-call
+    # turn, before its pre-tool text, and not repeated at the end
     history = [HistoryEntry(tool_name="lookup", arguments={}, result={"success": True},
                             pre_tool_text="Looking.")]
     request = TurnRequest(prefill="Continuing: ", request_notices=["[System: lookup done]"],
                           function_history=history)
     provider = ProbeProvider([(1, "x")])
     await _turn(provider, request).run()
-    tail = provider.requests[0].tail
-    assert [item["kind"] for item in tail] == ["tool_history", "notice", "prefill"]
-    assert tail[-1]["content"] == "Continuing: "
+    sent = provider.requests[0]
+    assert [item["kind"] for item in sent.tail] == ["tool_history", "notice"]
+    assert sent.function_history[0].pre_tool_text == "Continuing: Looking."
+    assert sent.prefill == "" and history[0].pre_tool_text == "Looking."
 
 
 async def test_queued_turn_replies_to_trigger_scene_turn_does_not() -> None:

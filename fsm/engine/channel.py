@@ -7,8 +7,18 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 NoticeKind = Literal[
-    "timeout_first_token", "timeout_idle", "still_working", "tool_error_loop", "max_iterations"
+    "timeout_first_token", "timeout_idle", "still_working", "tool_error_loop", "max_iterations",
+    "failed_context_too_long", "failed_unreachable", "failed_rejected_key",
+    "failed_rate_limited", "failed_blocked", "failed_empty_reply", "failed_other",
+    "delivery_cap", "answered_by_fallback",
 ]
+ERROR_NOTICES: frozenset[str] = frozenset({
+    "timeout_first_token", "timeout_idle", "tool_error_loop", "max_iterations",
+    "failed_context_too_long", "failed_unreachable", "failed_rejected_key",
+    "failed_rate_limited", "failed_blocked", "failed_empty_reply", "failed_other",
+    "delivery_cap",
+})
+"""The notices that tell the user a reply failed or was cut: a turn posts at most one (G2)."""
 
 NOTICE_TEXT: dict[NoticeKind, tuple[str, str]] = {
     "timeout_first_token": (
@@ -28,7 +38,54 @@ NOTICE_TEXT: dict[NoticeKind, tuple[str, str]] = {
         "Too many steps",
         "This reply reached its step limit, so I stopped it here.",
     ),
+    "failed_context_too_long": (
+        "Conversation too long",
+        "The conversation is too long for the model to read, so it could not answer.",
+    ),
+    "failed_unreachable": (
+        "Model unreachable",
+        "I could not reach the model right now. Please try again in a little while.",
+    ),
+    "failed_rejected_key": (
+        "Model access refused",
+        "The model refused the bot's API key, so it could not answer. The bot's operator "
+        "needs to check it.",
+    ),
+    "failed_rate_limited": (
+        "Rate limited",
+        "The model is rate limiting the bot right now. Please try again in a little while.",
+    ),
+    "failed_blocked": (
+        "Reply blocked",
+        "The model's safety filter blocked this reply.",
+    ),
+    "failed_empty_reply": (
+        "Empty reply",
+        "The model answered with nothing. Please try again.",
+    ),
+    "failed_other": (
+        "Reply failed",
+        "Something went wrong while answering, so I stopped this reply.",
+    ),
+    "delivery_cap": (
+        "Reply too long",
+        "This reply reached its length limit, so I stopped it here.",
+    ),
+    "answered_by_fallback": (
+        "Fallback model",
+        "The main model failed; a fallback model answered.",
+    ),
 }
+
+
+class DestinationUnavailable(Exception):
+    """The channel refuses the send for the destination itself (no access, no permission,
+    the channel is gone): no attempt can deliver there, so the chain stops (G3)."""
+
+
+class DeliveryCapReached(Exception):
+    """The channel cut the reply at its message bound (D5): the turn ends, nothing more is
+    sent."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -40,6 +41,22 @@ class TurnConfig(BaseModel):
     reactor_lookups_per_message: int = Field(5, ge=0)
     reactors_per_reaction: int = Field(10, ge=1)
     metadata_recent_messages: int = Field(20, ge=1)
+    max_delivered_chars: int = Field(20_000, ge=1)
+    """What one reply may deliver, in characters (D5): ten full Discord messages. A model
+    that never stops is cut here and the turn ends `delivery_cap` with a notice."""
+    max_delivered_messages: int = Field(15, ge=1)
+    """What one reply may deliver, in Discord messages (D5): short lines cut into many
+    messages reach this before the character bound. The Discord channel enforces it."""
+    thought_log: Literal["none", "log", "channel"] = "none"
+    """Where a turn's reasoning goes, with its owner (T8): nowhere, the `fsm.thoughts`
+    logger, or a channel (`thought_log_channel`)."""
+    thought_log_channel: str | None = None
+    """The channel the thought log is posted in when `thought_log` is `channel`."""
+    superseded_output: Literal["continue", "delete"] = "continue"
+    """What a fallback does with the messages a failed attempt delivered (G1): continue
+    from them (the default), or delete them and answer in full, as TomoriBot does."""
+    announce_fallback: bool = False
+    """Post a short notice when a fallback model answered (G2)."""
 
     @model_validator(mode="after")
     def _clamp_budgets(self) -> TurnConfig:
@@ -53,4 +70,6 @@ class TurnConfig(BaseModel):
             log.warning("first_token_timeout_s %s raised to the idle budget %s",
                         self.first_token_timeout_s, self.idle_timeout_s)
             object.__setattr__(self, "first_token_timeout_s", self.idle_timeout_s)
+        if self.thought_log == "channel" and not self.thought_log_channel:
+            raise ValueError("thought_log 'channel' needs thought_log_channel")
         return self

@@ -1,10 +1,13 @@
-"""The generation turn (G1, G2): a chain of model attempts around the tool loop.
+"""The generation turn (G1-G3): a chain of model attempts around the tool loop.
 
 Each attempt is one run of the turn machine with its own provider. While another attempt
 remains, errors are suppressed to the user (timeout notices are deferred, S12); a fallback
 continues from the text already delivered (a continuation prefill, S1) and is told which tool
-calls the earlier attempt already completed. If every attempt fails, the first deferred
-timeout notice is posted, once.
+calls the earlier attempt already completed — or, with `superseded_output: delete`, the
+failed attempt's messages are deleted and the fallback answers in full. A destination that
+refuses the send ends the chain (G3). If every attempt fails, the turn posts one notice: the
+deferred timeout notice, or one naming the failure's kind (G2). What the whole reply may
+deliver is bounded across its attempts (D5).
 """
 
 from __future__ import annotations
@@ -15,13 +18,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .channel import Notice, NoticeKind, TurnChannel
+from .channel import ERROR_NOTICES, Notice, NoticeKind, TurnChannel
 from .config import TurnConfig
+from .failures import NOTICE_BY_FAILURE, FailureKind, turn_failure
 from .locks import ChannelLock, ChannelLockRegistry
 from .prefill import TurnRequest
 from .provider import HistoryEntry, Provider
 from .result import TurnResult, TurnStatus
 from .stash import ContextStash
+from .thoughts import publish_thoughts
 from .tools import ToolRegistry
 from .turn import Turn, TurnObserver
 
@@ -47,6 +52,10 @@ class GenerationResult:
     delivered_text: str
     notices: list[str] = field(default_factory=list)
     deferred_notice_posted: str | None = None
+    failure_notice_posted: str | None = None
+    superseded_deleted: int = 0
+    """Messages of failed attempts deleted before a fallback answered in full."""
+    thoughts_sent_to: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -55,15 +64,30 @@ class GenerationResult:
             "delivered_text": self.delivered_text,
             "notices": list(self.notices),
             "deferred_notice_posted": self.deferred_notice_posted,
+            "failure_notice_posted": self.failure_notice_posted,
+            "superseded_deleted": self.superseded_deleted,
+            "thoughts_sent_to": self.thoughts_sent_to,
             "attempts": [{"label": label, **result.as_dict()}
                          for label, result in zip(self.labels, self.attempts, strict=True)],
         }
 
 
+def failure_of(result: TurnResult) -> FailureKind | None:
+    """What ended the attempt: the turn's own account, else read from its status and its
+    last pass's provider error."""
+    if result.failure is not None:
+        return result.failure
+    error = result.passes[-1].error if result.passes else None
+    return turn_failure(result.status, error, None)
+
+
 def should_fall_back(result: TurnResult) -> bool:
     """A failure of the model itself (error, timeout, empty answer in its own pass) moves on
     to the next attempt; tool-loop failures, the iteration cap, a kill or a follow-up do not,
-    since another model would meet the same tools or the same user."""
+    since another model would meet the same tools or the same user. A destination that
+    refuses the send is not the model's failure: no other model can deliver there (G3)."""
+    if failure_of(result) == "destination_unavailable":
+        return False
     if result.status not in _FALLBACK_STATUSES or not result.passes:
         return False
     return result.passes[-1].status == result.status
@@ -81,13 +105,18 @@ def completed_calls_notice(calls: list[dict[str, Any]]) -> str:
 
 def _continuation(request: TurnRequest, delivered: str, turn: Turn) -> TurnRequest:
     """The next attempt's request: the original context (no injected media, R10), the
-    successful ordinary calls replayed, and the delivered text as the prefill."""
-    replayed = [entry for entry in turn.function_history if entry.success]
+    successful ordinary calls replayed, and the delivered text as the prefill. The replayed
+    calls carry no pre-tool text: it is part of the delivered text, which the prefill
+    carries (folded into the first call's turn, S1), and must not be shown twice."""
+    replayed = [replace(entry, pre_tool_text="") for entry in turn.function_history
+                if entry.success]
     notices = list(request.request_notices)
     if turn.replayable_calls:
         notices.append(completed_calls_notice(turn.replayable_calls))
+    known = [(e.tool_name, e.arguments, e.result, e.call_id) for e in request.function_history]
     history: list[HistoryEntry] = list(request.function_history) + [
-        entry for entry in replayed if entry not in request.function_history
+        entry for entry in replayed
+        if (entry.tool_name, entry.arguments, entry.result, entry.call_id) not in known
     ]
     return replace(request, prefill=request.prefill + delivered, request_notices=notices,
                    function_history=history)
@@ -117,10 +146,13 @@ async def run_generation_turn(
     notices: list[str] = []
     deferred: NoticeKind | None = None
     delivered = ""
+    deleted = 0
     current = request
     for index, attempt in enumerate(attempts):
         last = index == len(attempts) - 1
-        attempt_config = base.model_copy(update={"fallback_pending": not last})
+        budget = max(1, base.max_delivered_chars - len(delivered))
+        attempt_config = base.model_copy(update={"fallback_pending": not last,
+                                                 "max_delivered_chars": budget})
         turn = Turn(provider=attempt.provider, channel=channel, locks=locks, lock=lock,
                     request=current, tools=tools, stash=stash, config=attempt_config,
                     observer=observer, turn_id=f"{lock.owner}-{attempt.label}")
@@ -133,24 +165,78 @@ async def run_generation_turn(
         delivered += result.delivered_text
         if deferred is None and result.deferred_notice is not None:
             deferred = result.deferred_notice
+        if failure_of(result) == "destination_unavailable":
+            log.warning("attempt %s: the channel refuses the send; no fallback", attempt.label)
         if last or not should_fall_back(result):
             break
         log.warning("attempt %s ended %s; falling back to %s", attempt.label, result.status,
                     attempts[index + 1].label)
-        current = _continuation(current, result.delivered_text, turn)
+        shown = result.delivered_text
+        if base.superseded_output == "delete" and delivered:
+            removed = await _delete_superseded(channel)
+            if removed is not None:
+                deleted += removed
+                delivered = shown = ""
+                current = replace(current, prefill=request.prefill)
+        current = _continuation(current, shown, turn)
     final = results[-1]
-    posted: str | None = None
-    all_failed = should_fall_back(final) and len(results) == len(attempts)
-    final_posted_timeout = any(n.startswith("timeout_") for n in final.notices)
-    if all_failed and deferred is not None and not final_posted_timeout \
-            and base.surface_user_errors:
-        try:
-            await channel.post_notice(Notice.of(deferred))
-        except Exception as exc:
-            log.warning("deferred notice could not be posted: %s", type(exc).__name__)
-        else:
-            posted = deferred
-            notices.append(deferred)
-    return GenerationResult(status=final.status, attempts=results, labels=labels,
-                            text=final.text, delivered_text=delivered, notices=notices,
-                            deferred_notice_posted=posted)
+    outcome = GenerationResult(status=final.status, attempts=results, labels=labels,
+                               text=final.text, delivered_text=delivered, notices=notices,
+                               superseded_deleted=deleted)
+    if base.surface_user_errors:
+        await _final_notice(channel, base, outcome, deferred, len(results) == len(attempts))
+    owner = request.owner
+    thoughts = [text for r in results for text in r.thoughts.get("log", [])]
+    outcome.thoughts_sent_to = await publish_thoughts(base, owner, thoughts, channel)
+    return outcome
+
+
+async def _delete_superseded(channel: TurnChannel) -> int | None:
+    """Delete what the failed attempts delivered (item of `superseded_output: delete`), so
+    the fallback answers in full. None when the channel cannot, or not all of it: then the
+    fallback continues from what is still shown (G1)."""
+    cleanup = getattr(channel, "cleanup", None)
+    if cleanup is None:
+        return None
+    try:
+        removed = await cleanup()
+    except Exception as exc:
+        log.warning("superseded messages could not all be deleted (%s); the fallback "
+                    "continues from them", type(exc).__name__)
+        return None
+    return int(removed)
+
+
+async def _final_notice(channel: TurnChannel, config: TurnConfig, outcome: GenerationResult,
+                        deferred: NoticeKind | None, chain_done: bool) -> None:
+    """One notice for the reply's outcome, at most (G2): when the chain failed and its last
+    attempt posted no error notice of its own, the deferred timeout notice (S12), else one
+    naming the failure's kind;
+    or, when asked for, a line saying a fallback answered. A dead destination gets none:
+    there is nowhere to post it (G3)."""
+    final = outcome.attempts[-1]
+    if any(kind in ERROR_NOTICES for kind in final.notices):
+        return
+    notice: NoticeKind | None = None
+    failure = failure_of(final)
+    failed = failure is not None and failure != "destination_unavailable"
+    exhausted = chain_done or not should_fall_back(final)
+    if failed and exhausted:
+        if deferred is not None:
+            notice = deferred
+        elif failure != "timeout":
+            notice = NOTICE_BY_FAILURE.get(failure or "other", "failed_other")
+    elif final.status == "completed" and len(outcome.attempts) > 1 and config.announce_fallback:
+        notice = "answered_by_fallback"
+    if notice is None:
+        return
+    try:
+        await channel.post_notice(Notice.of(notice))
+    except Exception as exc:
+        log.warning("the %s notice could not be posted: %s", notice, type(exc).__name__)
+        return
+    outcome.notices.append(notice)
+    if notice == deferred:
+        outcome.deferred_notice_posted = notice
+    else:
+        outcome.failure_notice_posted = notice

@@ -62,6 +62,7 @@ class ChannelLockRegistry:
         self.max_follow_up_interrupts = max_follow_up_interrupts
         self._clock = clock
         self._locks: dict[str, ChannelLock] = {}
+        self._carried: dict[str, int] = {}
 
     def __contains__(self, channel_id: str) -> bool:
         return channel_id in self._locks
@@ -77,9 +78,21 @@ class ChannelLockRegistry:
         if channel_id in self._locks:
             return None
         now = self._clock()
-        lock = ChannelLock(channel_id=channel_id, owner=owner, acquired_at=now, last_touch=now)
+        lock = ChannelLock(channel_id=channel_id, owner=owner, acquired_at=now, last_touch=now,
+                           follow_up_interrupts=self._carried.pop(channel_id, 0))
         self._locks[channel_id] = lock
         return lock
+
+    def carry_follow_up_interrupts(self, lock: ChannelLock, *, queued_next: bool) -> None:
+        """The turn of `lock` is ending. Its follow-up interrupts count against the cap of
+        the next turn only when that turn is already queued behind it (S17: the queue takes
+        a new lock per message, and a busy channel must not escape the cap that way); an
+        idle channel, or one where `/kill` stopped the turn or cleared the queue, starts the
+        next turn from zero."""
+        if queued_next and not lock.stop_requested:
+            self._carried[lock.channel_id] = lock.follow_up_interrupts
+        else:
+            self._carried.pop(lock.channel_id, None)
 
     def release(self, lock: ChannelLock) -> bool:
         """Release `lock` if it is still the channel's current lock. Idempotent."""
@@ -132,8 +145,10 @@ class ChannelLockRegistry:
     def request_stop(self, channel_id: str) -> bool:
         """`/kill`: mark the stop and fire the pass's kill handle and the turn's kill.
 
-        Returns whether a turn was running in the channel.
+        Returns whether a turn was running in the channel. What the turn's follow-ups
+        counted is dropped: the queue is cleared with it, so no later turn inherits it (S17).
         """
+        self._carried.pop(channel_id, None)
         lock = self._locks.get(channel_id)
         if lock is None:
             return False

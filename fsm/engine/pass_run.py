@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .details import DetailsFilter
 from .provider import AbortSignal, PassRequest, ProviderError, ToolCallRequest, Usage
 from .result import PassResult, TurnStatus
 
@@ -23,6 +24,8 @@ class PassRun:
     abort: AbortSignal
     started_at: float
     deadline: float | None
+    chars_left: int = 20_000
+    """What this pass may still deliver (D5): the reply's bound less what it delivered."""
     record_text: TextSink | None = None
     kill_handle: Callable[[str], None] | None = None
     parts: list[str] = field(default_factory=list)
@@ -33,6 +36,10 @@ class PassRun:
     finish: str | None = None
     error: ProviderError | None = None
     got_token: bool = False
+    capped: bool = False
+    """The pass reached the reply's delivery bound (D5)."""
+    details: DetailsFilter = field(default_factory=DetailsFilter)
+    """Takes the model's `<details>` block out of the visible text (T8)."""
     flushed: bool = False
     closed: bool = False
     aborted_at: float | None = None
@@ -48,6 +55,7 @@ class PassRun:
             index=self.no,
             status=status,
             text=text,
+            details=self.details.details,
             reasoning="".join(self.reasoning),
             tool_calls=[call.name for call in self.tool_calls],
             usage=self.usage.as_dict() if self.usage is not None else None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .provider import HistoryEntry, PassRequest
@@ -35,18 +35,37 @@ def reply_target(request: TurnRequest) -> str | None:
     return request.trigger_message_id
 
 
+def fold_into_history(
+    history: list[HistoryEntry], prefill: str
+) -> tuple[list[HistoryEntry], str]:
+    """Where the prefill sits (S1): with no tool history it stays the request's last item;
+    once there is tool history it is merged into the first tool-call turn, before that
+    call's pre-tool text, and is not repeated at the end — the model already continued it
+    when it made that call, and a trailing copy would ask it to continue text that came
+    before its own call. Returns the history to send and the trailing prefill ("" when
+    folded). The caller's entries are never changed."""
+    if not history or not prefill:
+        return list(history), prefill
+    first = history[0]
+    merged = prefill + first.pre_tool_text
+    folded = replace(first, pre_tool_text=merged if merged.strip() else "")
+    return [folded, *history[1:]], ""
+
+
 def fold_prefill(
     history: list[HistoryEntry], notices: list[str], prefill: str
 ) -> list[dict[str, Any]]:
-    """The request's tail after the context: tool history, then request-only notices, then
-    the prefill, which must stay the last item so the model continues it (S1)."""
+    """The request's tail after the context: tool history (the prefill folded into its
+    first turn), then request-only notices, then the prefill when there is no tool history,
+    which must stay the last item so the model continues it (S1)."""
+    entries, trailing = fold_into_history(history, prefill)
     tail: list[dict[str, Any]] = []
-    for entry in history:
+    for entry in entries:
         tail.append({"kind": "tool_history", "entry": entry})
     for notice in notices:
         tail.append({"kind": "notice", "role": "user", "content": notice})
-    if prefill:
-        tail.append({"kind": "prefill", "role": "assistant", "content": prefill})
+    if trailing:
+        tail.append({"kind": "prefill", "role": "assistant", "content": trailing})
     return tail
 
 
@@ -61,12 +80,13 @@ def build_pass_request(
     """A fresh request for pass `pass_index`, built from the turn's current state.
     `turn_notices` are request-only notes the turn itself added (they follow the caller's)."""
     notices = list(request.request_notices) + list(turn_notices or ())
+    entries, trailing = fold_into_history(history, request.prefill)
     return PassRequest(
         context_items=list(context_items),
-        function_history=list(history),
+        function_history=entries,
         tools=tools,
         system_prompt=request.system_prompt,
-        prefill=request.prefill,
+        prefill=trailing,
         request_notices=notices,
         reply_to_message_id=reply_target(request),
         pass_index=pass_index,

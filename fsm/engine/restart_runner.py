@@ -16,6 +16,7 @@ from typing import Any
 from .channel import TurnChannel
 from .config import TurnConfig
 from .events import RestartReady, TurnEvent, WorkerCrashed
+from .locks import ChannelLock, ChannelLockRegistry
 from .mailbox import Mailbox
 from .metadata import LookupBudget, LookupProgress, annotate, fetch_reactors, neutralize
 from .provider import ToolCallRequest
@@ -38,8 +39,12 @@ class RestartRunner:
         mailbox: Mailbox[TurnEvent],
         turn_id: str,
         clock: Callable[[], float],
+        locks: ChannelLockRegistry,
+        lock: ChannelLock,
     ) -> None:
         self._config = config
+        self._locks = locks
+        self._lock = lock
         self._channel = channel
         self._mailbox = mailbox
         self._turn_id = turn_id
@@ -98,14 +103,18 @@ class RestartRunner:
 
     async def _metadata_worker(self, restart_no: int, progress: LookupProgress,
                                context_items: list[dict[str, Any]]) -> None:
-        """Reactor look-ups (sequential REST calls, bounded) and the annotated items (R6)."""
+        """Reactor look-ups (sequential REST calls, bounded) and the annotated items (R6).
+        They run under the lock's watchdog like a tool (S6): a slow but healthy reveal is
+        not released as a stale lock; its own budget is the tool timeout."""
         cfg = self._config
         budget = LookupBudget(per_turn=cfg.reactor_lookups_per_turn,
                               per_message=cfg.reactor_lookups_per_message,
                               per_reaction=cfg.reactors_per_reaction)
         try:
-            reactors, lookups = await fetch_reactors(context_items, self._channel, budget,
-                                                     cfg.metadata_recent_messages, progress)
+            with self._locks.watchdog(self._lock):
+                reactors, lookups = await fetch_reactors(
+                    context_items, self._channel, budget, cfg.metadata_recent_messages,
+                    progress)
             items = annotate(context_items, reactors, cfg.metadata_recent_messages)
         except asyncio.CancelledError:
             raise

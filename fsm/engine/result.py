@@ -6,16 +6,19 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .channel import NoticeKind
+from .failures import FailureKind
 
 TurnStatus = Literal[
     "completed", "function_call", "error", "timeout", "stopped_by_user", "empty_response",
-    "follow_up_interrupt",
+    "follow_up_interrupt", "delivery_cap",
 ]
 
 
 @dataclass(slots=True)
 class PassResult:
-    """One provider pass: its status and everything that had arrived when it ended."""
+    """One provider pass: its status and everything that had arrived when it ended. `text`
+    is the visible text (what the channel was handed); `details` the bodies of the
+    `<details>` blocks the model wrote, taken out of it (T8); `reasoning` its thinking."""
 
     index: int
     status: TurnStatus = "completed"
@@ -26,7 +29,6 @@ class PassResult:
     usage: dict[str, int] | None = None
     finish_reason: str | None = None
     error: dict[str, Any] | None = None
-    sprites: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"index": self.index, "status": self.status, "text": self.text}
@@ -42,14 +44,14 @@ class PassResult:
             out["finish_reason"] = self.finish_reason
         if self.error is not None:
             out["error"] = self.error
-        if self.sprites:
-            out["sprites"] = list(self.sprites)
         return out
 
 
 @dataclass(slots=True)
 class TurnResult:
-    """The turn's outcome, in the journal's `result` shape (SCENARIOS.md) plus T8 extras."""
+    """The turn's outcome, in the journal's `result` shape (SCENARIOS.md) plus T8 extras:
+    `text` is the final visible text with the `<details>` suffix merged; `failure` names
+    what kind of failure ended it, if one did (G2, G3)."""
 
     status: TurnStatus
     state: str
@@ -69,6 +71,7 @@ class TurnResult:
     thoughts: dict[str, Any] = field(default_factory=dict)
     review_log: list[dict[str, Any]] = field(default_factory=list)
     follow_up_queued: bool = False
+    failure: FailureKind | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +91,7 @@ class TurnResult:
             "delivered_text": self.delivered_text,
             "error": self.error,
             "follow_up_queued": self.follow_up_queued,
+            "failure": self.failure,
             "pass_results": [p.as_dict() for p in self.passes],
             "thoughts": dict(self.thoughts),
             "review_log": [dict(r) for r in self.review_log],

@@ -9,7 +9,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from .channel import TurnChannel
+from .channel import DeliveryCapReached, TurnChannel
 from .clock import on_grid
 from .config import TurnConfig
 from .events import FirstToken, StreamCrashed, StreamEnded, StreamSettled, TurnEvent
@@ -59,11 +59,13 @@ class PassHost(Protocol):
 
 
 def _outcome(run: PassRun) -> str:
+    if run.capped:
+        return "delivery_cap"
     if run.error is not None:
         return "provider_error"
     if run.tool_calls:
         return "tool_call"
-    if not run.parts:
+    if not run.got_token:
         return "empty"
     return "completed"
 
@@ -74,7 +76,9 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
     The content-chunk branch is the engine's hot path (BENCHMARKS.md F5): what it needs is
     bound to locals once per pass, and until the pass's abort fires each chunk re-arms the
     idle deadline and touches the lock inline — the abort firing (timeout, kill, end of
-    pass) is what removes this progress hook (S5, S14)."""
+    pass) is what removes this progress hook (S5, S14). A chunk with no `<` skips the
+    `<details>` filter (T8); what the reply may still deliver is one integer (D5): past it
+    the chunk is cut and the stream ends."""
     loop = asyncio.get_running_loop()
     clock = loop.time
     post = turn.mailbox.post
@@ -86,6 +90,9 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
     idle_s = turn.config.idle_timeout_s
     abort = run.abort
     parts = run.parts
+    details = run.details
+    filtering = False  # a `<details>` block is open or a tag is held back (T8)
+    chars_left = run.chars_left
     started = run.started_at
     stream: AsyncIterator[ProviderEvent] | None = None
     crashed = False
@@ -93,53 +100,77 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
     try:
         with turn.locks.watchdog(lock):
             stream = turn.provider.stream(run.request, abort)
-            async for event in stream:
-                if isinstance(event, TextDelta):
-                    text = event.text
-                    if not text:
-                        continue
-                    if type(text) is not str:
-                        raise TypeError(f"the provider sent {type(text).__name__} as text")
-                    now = clock()
-                    if abort.fired or (run.deadline is not None and now > run.deadline):
-                        # Aborted, or past its deadline before the driver could act
-                        # on it: the timeout comes first, as in replay (S10).
-                        if recorder is not None:
-                            recorder.on_landed(run.no, text)
+            try:
+                async for event in stream:
+                    if isinstance(event, TextDelta):
+                        text = event.text
+                        if not text:
+                            continue
+                        if type(text) is not str:
+                            raise TypeError(f"the provider sent {type(text).__name__} as text")
+                        now = clock()
+                        if abort.fired or (run.deadline is not None and now > run.deadline):
+                            # Aborted, or past its deadline before the driver could act
+                            # on it: the timeout comes first, as in replay (S10).
+                            if recorder is not None:
+                                recorder.on_landed(run.no, text)
+                            if details.pending or "<" in text:
+                                text = details.feed(text)
+                            if text:
+                                await deliver(text)
+                                run.landed.append(text)
+                            continue
+                        run.deadline = now + idle_s
+                        lock.last_touch = now
+                        if not run.got_token:
+                            run.got_token = True
+                            post(FirstToken(run.no), now)
+                        if record_text is not None:
+                            record_text((now - started, text))
+                        if filtering or "<" in text:
+                            text = details.feed(text)
+                            filtering = details.pending
+                            if not text:
+                                continue
+                        chars_left -= len(text)
+                        if chars_left < 0:
+                            run.capped = True
+                            text = text[:len(text) + chars_left]
+                            if text:
+                                await deliver(text)
+                                parts.append(text)
+                            break
                         await deliver(text)
-                        run.landed.append(text)
-                        continue
-                    run.deadline = now + idle_s
-                    lock.last_touch = now
-                    if not run.got_token:
-                        run.got_token = True
-                        post(FirstToken(run.no), now)
-                    if record_text is not None:
-                        record_text((now - started, text))
-                    await deliver(text)
-                    parts.append(text)
-                elif isinstance(event, KeepAlive):
-                    if recorder is not None:
-                        recorder.on_keepalive(run.no, clock() - started)
-                elif isinstance(event, ReasoningDelta):
-                    run.reasoning.append(event.text)
-                    if recorder is not None:
-                        recorder.on_step(run.no, clock() - started,
-                                         {"reasoning": event.text})
-                elif isinstance(event, ToolCallRequest):
-                    run.tool_calls.append(event)
-                elif isinstance(event, Usage):
-                    run.usage = event
-                    if recorder is not None:
-                        recorder.on_step(run.no, clock() - started,
-                                         {"usage": event.as_dict()})
-                elif isinstance(event, Finish):
-                    run.finish = event.reason
-                    if recorder is not None:
-                        recorder.on_step(run.no, clock() - started, {"finish": event.reason})
-                elif isinstance(event, ProviderError):
-                    run.error = event
-                    break
+                        parts.append(text)
+                    elif isinstance(event, KeepAlive):
+                        if recorder is not None:
+                            recorder.on_keepalive(run.no, clock() - started)
+                    elif isinstance(event, ReasoningDelta):
+                        run.reasoning.append(event.text)
+                        if recorder is not None:
+                            recorder.on_step(run.no, clock() - started,
+                                             {"reasoning": event.text})
+                    elif isinstance(event, ToolCallRequest):
+                        run.tool_calls.append(event)
+                    elif isinstance(event, Usage):
+                        run.usage = event
+                        if recorder is not None:
+                            recorder.on_step(run.no, clock() - started,
+                                             {"usage": event.as_dict()})
+                    elif isinstance(event, Finish):
+                        run.finish = event.reason
+                        if recorder is not None:
+                            recorder.on_step(run.no, clock() - started, {"finish": event.reason})
+                    elif isinstance(event, ProviderError):
+                        run.error = event
+                        break
+                if not abort.fired and not run.capped:
+                    tail = details.finish()[:max(chars_left, 0)]
+                    if tail:
+                        await deliver(tail)
+                        parts.append(tail)
+            except DeliveryCapReached:
+                run.capped = True  # the channel cut the reply at its message bound (D5)
             if not abort.fired:
                 ended_at = on_grid(clock())
                 await _flush(turn, run)
@@ -177,6 +208,8 @@ async def _flush(turn: PassHost, run: PassRun) -> None:
             await turn.channel.finish_pass()
     except TimeoutError:
         raise DeliveryTimeout(f"the channel did not finish sending within {budget:g} s") from None
+    except DeliveryCapReached:
+        run.capped = True  # what was within the bound is sent; the rest was dropped (D5)
     run.flushed = True
 
 

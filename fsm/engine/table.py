@@ -82,7 +82,14 @@ TABLE: tuple[Edge, ...] = (
     _edge("settle_timeout", ST, TIMED_OUT, "timer",
           "give up on the abandoned call; metric and notice or deferral (S10-S13)"),
     _edge("completed", S, DONE, "worker", "status completed"),
+    _edge("empty_after_text", A, DONE, "worker",
+          "status completed: the pass after a tool is empty, but this turn already delivered "
+          "text and the tool did not require a follow-up (T10)",
+          guards=("delivered_text_stands",)),
     _edge("empty", A, DONE, "worker", "status empty_response: the stream ended with no text"),
+    _edge("delivery_cap", S, DONE, "worker",
+          "the reply reached its delivery bound: the stream is cut there; post the "
+          "delivery_cap notice; status delivery_cap (D5)"),
     _edge("provider_error", (A, S), DONE, "worker", "status error (S8)"),
     _edge("tool_call", (A, S), TC, "worker",
           "keep the pre-tool text for the history entry (T7); queue the calls"),
@@ -96,6 +103,10 @@ TABLE: tuple[Edge, ...] = (
           "post the tool_error_loop notice; status error (T6)", guards=("error_cap_reached",)),
     _edge("tool_result", TC, None, "worker",
           "record the outcome; run the next queued call", guards=("calls_pending",)),
+    _edge("tool_ended_turn", TC, DONE, "worker",
+          "record the outcome; the batch's last call is done and a tool's loop policy ends "
+          "the turn (it delivered the reply itself, or visible text came before it): status "
+          "completed (T9)", guards=("tool_policy_ends_turn",)),
     _edge("tool_result", TC, P, "worker", "record the outcome; next pass"),
     _edge("tool_timeout", TC, DONE, "timer",
           "post the tool_error_loop notice; status error (T6)", guards=("error_cap_reached",)),

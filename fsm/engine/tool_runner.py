@@ -80,9 +80,10 @@ class ToolRunner:
     # ------------------------------------------------------------- the calls of a pass
 
     def queue(self, calls: list[ToolCallRequest], pre_tool_text: str) -> None:
-        """The pass asked for `calls`; its visible text goes on the first entry (T7)."""
+        """The pass asked for `calls`; its visible text goes on the first entry (T7), unless
+        it is only whitespace (Anthropic rejects whitespace-only text blocks)."""
         self._calls = deque(calls)
-        self._pre_tool_text = pre_tool_text
+        self._pre_tool_text = pre_tool_text if pre_tool_text.strip() else ""
 
     def has_queued(self) -> bool:
         return bool(self._calls)
@@ -172,7 +173,6 @@ class ToolRunner:
             if recorder is not None:
                 recorder.on_tool(name, finished_at - pending.started_at,
                                  _recorded_outcome(result))
-        self._tools.remember(name, result)
         self._mailbox.post(ToolFinished(pending.no, result), finished_at)
 
     def finished(self, event: ToolFinished) -> Verdict | None:
@@ -184,12 +184,17 @@ class ToolRunner:
         return self.verdict(event.result)
 
     def verdict(self, result: ToolResult) -> Verdict:
-        """A successful result asking for a restart is a restart request (R1); any other is
-        an ordinary tool result."""
+        """A successful result asking for a restart is a restart request (R1): which
+        enrichment it is, and so which flag it sets, is the tool's declared guard (R8); any
+        other is an ordinary tool result."""
         current = self.current
         assert current is not None
         self._abort = None
-        restart = parse_restart(current.call.name, result.data) if result.success else None
+        restart = None
+        if result.success:
+            tool = self._tools.get(current.call.name)
+            guard = tool.guard if tool is not None else None
+            restart = parse_restart(current.call.name, result.data, guard)
         if restart is not None:
             return ("restart_requested", (result, restart))
         return ("tool_result", result)

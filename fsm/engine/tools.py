@@ -2,15 +2,14 @@
 
 A tool declares its arguments as a pydantic model (bad arguments become a failed result the
 model sees, never a crash), the enrichment it performs if any (its disable flag guards it,
-R8), and an async `run` that receives a `ToolContext`.
+R8), how the loop treats its success (T9), and an async `run` that receives a `ToolContext`.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -20,6 +19,20 @@ from .provider import AbortSignal
 from .stash import ContextStash
 
 NOT_AVAILABLE = "not available for the current turn"
+
+LoopPolicy = Literal["next_pass", "ends_turn", "requires_follow_up", "end_after_pre_tool_text"]
+"""How the loop treats a tool's success (T9):
+
+- `next_pass` (the default): the model sees the result in the next pass;
+- `ends_turn`: the tool delivered the reply itself; the turn completes without another pass;
+- `requires_follow_up`: the model must speak after it, so an empty pass after it is an empty
+  response, not a completed turn (T10);
+- `end_after_pre_tool_text`: when visible text came before the call (a memory write after
+  the answer), the turn completes instead of starting another pass.
+"""
+LOOP_POLICIES: tuple[LoopPolicy, ...] = (
+    "next_pass", "ends_turn", "requires_follow_up", "end_after_pre_tool_text",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +94,9 @@ class Tool(Protocol):
     @property
     def guard(self) -> EnrichmentKind | None: ...
 
+    @property
+    def loop(self) -> LoopPolicy: ...
+
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult: ...
 
 
@@ -94,6 +110,7 @@ class FunctionTool(Generic[ArgsT]):
     args_model: type[ArgsT]
     func: Callable[[ArgsT, ToolContext], Awaitable[ToolResult]]
     guard: EnrichmentKind | None = None
+    loop: LoopPolicy = "next_pass"
 
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
         if not isinstance(args, self.args_model):
@@ -111,12 +128,12 @@ def schema_of(tool: Tool) -> dict[str, Any]:
 
 
 class ToolRegistry:
-    """The tools of a bot, their availability per turn, and a bounded log of results."""
+    """The tools of a bot and their availability per turn. It keeps no results: the model
+    sees them in the turn's history, and a bulky one is in the stash (R3)."""
 
-    def __init__(self, tools: Iterable[Tool] = (), recent_results: int = 1000) -> None:
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._schemas: dict[str, dict[str, Any]] = {}
-        self.recent: deque[tuple[str, ToolResult]] = deque(maxlen=recent_results)
         for tool in tools:
             self.register(tool)
 
@@ -168,6 +185,3 @@ class ToolRegistry:
                 for err in exc.errors()
             )
             return f"invalid arguments for {tool.name}: {problems}"
-
-    def remember(self, name: str, result: ToolResult) -> None:
-        self.recent.append((name, result))

@@ -17,6 +17,8 @@ from . import events as ev
 from .channel import Notice, NoticeKind, TurnChannel
 from .clock import on_grid
 from .config import TurnConfig
+from .details import details_suffix
+from .failures import turn_failure
 from .flags import TurnFlags
 from .locks import ChannelLock, ChannelLockRegistry
 from .machine import shared_machine
@@ -127,12 +129,19 @@ class Turn:
         self._settle_deadline: float | None = None
         self._timeout_phase = "first_token"
         self._still_working_sent = False
+        self._crash: BaseException | None = None
+        self._batch_text = ""
+        """The visible text of the pass whose tool calls run now (T9)."""
+        self._end_requested = False
+        """A call of this batch declared that its success ends the turn (T9)."""
+        self._follow_up_required = False
+        """A call of the last batch declared that the model must speak after it (T10)."""
         self._tools = ToolRunner(tools=self.tools, config=self.config, locks=locks, lock=lock,
                                  mailbox=self.mailbox, recorder=recorder,
                                  turn_id=self.turn_id, clock=self._now)
         self._restarts = RestartRunner(config=self.config, channel=channel,
                                        mailbox=self.mailbox, turn_id=self.turn_id,
-                                       clock=self._now)
+                                       clock=self._now, locks=locks, lock=lock)
 
     # ----------------------------------------------------------------- public API
 
@@ -199,10 +208,11 @@ class Turn:
 
     def result(self) -> TurnResult:
         status: TurnStatus = self.status or "error"
+        last_error = self._passes[-1].error if self._passes else None
         return TurnResult(
             status=status,
             state=self.state,
-            text=self._final_text,
+            text=self._final_text + details_suffix([p.details for p in self._passes]),
             passes=list(self._passes),
             consecutive_tool_errors=self.consecutive_tool_errors,
             flags=self.flags.as_dict(),
@@ -219,6 +229,7 @@ class Turn:
                       "log": [p.reasoning for p in self._passes if p.reasoning]},
             review_log=list(self.review_log),
             follow_up_queued=self.follow_up_queued,
+            failure=turn_failure(status, last_error, self._crash),
         )
 
     def _delivered_text(self) -> str:
@@ -323,9 +334,14 @@ class Turn:
         return None
 
     async def _fire_verdict(self, verdict: Verdict | None) -> None:
-        """Fire what a runner decided, if it decided anything yet."""
-        if verdict is not None:
-            await self._fire(*verdict)
+        """Fire what a runner decided, if it decided anything yet. A tool result first
+        offers the turn's end to the tool's loop policy (T9)."""
+        if verdict is None:
+            return
+        trigger, payload = verdict
+        if trigger == "tool_result" and await self._fire("tool_ended_turn", payload):
+            return
+        await self._fire(trigger, payload)
 
     async def _fire(self, trigger: str, payload: Any = None, at: float | None = None) -> bool:
         """Fire `trigger`, journal the transition, then do the awaited follow-up work."""
@@ -411,6 +427,8 @@ class Turn:
             await self._fire("settled", event)  # it ended as its timer fired: it has settled
         elif isinstance(event, ev.StreamEnded):
             if run is not None and event.pass_no == run.no and self.state in _STREAM_STATES:
+                if event.outcome == "empty" and await self._fire("empty_after_text", event):
+                    return
                 await self._fire(event.outcome, event)
         elif isinstance(event, ev.StreamCrashed):
             if run is not None and event.pass_no == run.no and self.state in _STREAM_STATES:
@@ -444,11 +462,39 @@ class Turn:
         errors = self.consecutive_tool_errors + 1 if failed else 0
         return errors >= self.config.max_consecutive_tool_errors
 
+    def delivered_text_stands(self, _payload: Any = None) -> bool:
+        """An empty pass after a tool, in a turn that already delivered text, completes
+        with that text, unless the tool required the model to speak after it (T10)."""
+        return (len(self._passes) > 1 and not self._follow_up_required
+                and bool(self._delivered_text().strip()))
+
+    def tool_policy_ends_turn(self, payload: Any = None) -> bool:
+        """The last call of the batch is done and a call of it declared that its success
+        ends the turn: it delivered the reply itself, or visible text came before it (T9).
+        A failure reaching the error cap ends it as that error instead (T6)."""
+        if self.calls_pending() or self.error_cap_reached(payload):
+            return False
+        return self._end_requested or self._ends_turn(payload)
+
+    def _ends_turn(self, payload: Any) -> bool:
+        current = self._tools.current
+        if not isinstance(payload, ToolResult) or not payload.success or current is None:
+            return False
+        tool = self.tools.get(current.call.name)
+        policy = tool.loop if tool is not None else "next_pass"
+        return policy == "ends_turn" or (policy == "end_after_pre_tool_text"
+                                         and bool(self._batch_text.strip()))
+
+    def _notify(self, kind: NoticeKind) -> None:
+        """Queue a user-facing notice; with user errors off none is posted (G2)."""
+        if self.config.surface_user_errors:
+            self._outbox.append(Notice.of(kind))
+
     # ----------------------------------------------------------------- callbacks
 
     def on_iteration_cap(self, _payload: Any = None) -> None:
         self.status = "timeout"
-        self._outbox.append(Notice.of("max_iterations"))
+        self._notify("max_iterations")
 
     def _prepare_request(self) -> PassRequest:
         """Preparing's work: the next pass's request, with the tools the flags allow (S1,
@@ -464,15 +510,17 @@ class Turn:
         now = self._now()
         pass_no = request.pass_index
         run = PassRun(no=pass_no, request=request, abort=AbortSignal(), started_at=now,
-                      deadline=now + self.config.first_token_timeout_s)
+                      deadline=now + self.config.first_token_timeout_s,
+                      chars_left=self.config.max_delivered_chars
+                      - sum(len(p.text) for p in self._passes))
         run.kill_handle = self.request_stop
         self.locks.set_stream_kill(self.lock, run.kill_handle)
         self._run = run
         self._timeout_phase = "first_token"
         self._passes.append(PassResult(index=pass_no, status="function_call"))
-        if pass_no == self.config.soft_warn_iteration and not self._still_working_sent:
-            self._still_working_sent = True
-            self._outbox.append(Notice.of("still_working"))
+        if pass_no - 1 == self.config.soft_warn_iteration and not self._still_working_sent:
+            self._still_working_sent = True  # iteration index 20: before the 21st call (T1)
+            self._notify("still_working")
         if self.recorder is not None:
             run.record_text = self.recorder.on_pass_start(pass_no)
         run.worker = spawn(stream_worker(self, run), f"{self.turn_id}-pass-{pass_no}")
@@ -526,11 +574,27 @@ class Turn:
         self.status = status
         self._close_pass(status, include_landed=False)
 
+    def on_empty_after_text(self, _payload: Any = None) -> None:
+        """The empty pass adds nothing: the turn is the text it already delivered (T10)."""
+        self.status = "completed"
+        self._close_pass("empty_response", include_landed=False)
+        self._final_text = self._delivered_text()
+
+    def on_delivery_cap(self, _payload: Any = None) -> None:
+        """The reply reached its delivery bound: what was within it stays, the rest is never
+        sent, and the user is told why the reply stops there (D5)."""
+        self.status = "delivery_cap"
+        self._notify("delivery_cap")
+        self._close_pass("delivery_cap", include_landed=False)
+
     def on_tool_call(self, _payload: Any = None) -> None:
         """Keep the pre-tool text for the call's history entry (T7) and queue the calls."""
         run = self._run
         assert run is not None
         self._tools.queue(run.tool_calls, run.text)
+        self._batch_text = run.text
+        self._end_requested = False
+        self._follow_up_required = False
         self._close_pass("function_call", include_landed=False)
 
     def on_follow_up(self, _payload: Any = None) -> None:
@@ -548,9 +612,16 @@ class Turn:
     def on_tool_outcome(self, payload: Any = None) -> None:
         """Record a tool's outcome on the history and the error count (T5-T7)."""
         assert isinstance(payload, ToolResult)
+        ends = self._ends_turn(payload)
+        self._end_requested = self._end_requested or ends
         call = self._tools.settle_current().call
+        tool = self.tools.get(call.name)
+        if payload.success and tool is not None and tool.loop == "requires_follow_up":
+            self._follow_up_required = True
         self.function_history.append(HistoryEntry(
-            tool_name=call.name, arguments=call.arguments, result=payload.for_model(),
+            tool_name=call.name,
+            arguments={} if call.truncated else call.arguments,  # never shown a call not made
+            result=payload.for_model(),
             call_id=call.id, pre_tool_text=self._tools.take_pre_tool_text(),
             success=payload.success,
         ))
@@ -560,10 +631,14 @@ class Turn:
                                           "result": payload.for_model()})
         else:
             self.consecutive_tool_errors += 1
-        if self.state == State.DONE.value:
+        if self.state != State.DONE.value:
+            return
+        if self.consecutive_tool_errors >= self.config.max_consecutive_tool_errors:
             self.status = "error"
             self.error = f"{self.consecutive_tool_errors} consecutive tool failures"
-            self._outbox.append(Notice.of("tool_error_loop"))
+            self._notify("tool_error_loop")
+        else:
+            self.status = "completed"  # the tool's loop policy ended the turn (T9)
 
     def on_restart_requested(self, payload: Any = None) -> None:
         """No ordinary history entry for the restart call (R1); with drafting on, the review
@@ -615,8 +690,10 @@ class Turn:
 
     def on_crash(self, payload: Any = None) -> None:
         self.status = "error"
-        if isinstance(payload, (ev.StreamCrashed, ev.WorkerCrashed)) and self.error is None:
-            self.error = f"{type(payload.error).__name__}: {payload.error}"
+        if isinstance(payload, (ev.StreamCrashed, ev.WorkerCrashed)):
+            self._crash = payload.error
+            if self.error is None:
+                self.error = f"{type(payload.error).__name__}: {payload.error}"
         self._close_pass("error", include_landed=False)
 
     # ----------------------------------------------------------------- passes

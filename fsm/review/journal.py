@@ -267,10 +267,12 @@ async def save_journal(path: Path, document: dict[str, Any]) -> None:
 
 
 def _declaration(tool: Tool | None) -> dict[str, Any]:
-    """What a tool declares that replay needs: its guard (R8)."""
+    """What a tool declares that replay needs: its guard (R8) and its loop policy (T9)."""
     if tool is None:
         return {}
     declared: dict[str, Any] = {}
     if tool.guard:
         declared["guard"] = tool.guard
+    if tool.loop != "next_pass":
+        declared["loop"] = tool.loop
     return declared

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..engine.config import TurnConfig
 from ..engine.flags import EnrichmentKind
 from ..engine.stash import item_size
+from ..engine.tools import LoopPolicy
 
 
 class ScenarioError(ValueError):
@@ -137,7 +138,11 @@ class ToolOutcome(_Loose):
 
 
 class GuardedTool(_Loose):
-    guard: EnrichmentKind
+    """A tool with a declaration: the enrichment flag that guards it (R8) and/or its loop
+    policy (T9)."""
+
+    guard: EnrichmentKind | None = None
+    loop: LoopPolicy = "next_pass"
     outcomes: list[ToolOutcome]
 
 

@@ -24,7 +24,14 @@ from ..engine.provider import (
     Usage,
 )
 from ..engine.stash import ContextStash
-from ..engine.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
+from ..engine.tools import (
+    AnyArgs,
+    FunctionTool,
+    LoopPolicy,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+)
 from .format import GuardedTool, HistoryMessage, Step, ToolCallSpec, ToolOutcome
 
 STASH_REF = "$stash:"
@@ -174,13 +181,14 @@ class ScriptedTools:
         self.registry = ToolRegistry()
         for name, entry in spec.items():
             guard: EnrichmentKind | None = None
+            loop: LoopPolicy = "next_pass"
             outcomes = entry
             if isinstance(entry, GuardedTool):
-                guard, outcomes = entry.guard, entry.outcomes
+                guard, loop, outcomes = entry.guard, entry.loop, entry.outcomes
             assert isinstance(outcomes, list)
             self.registry.register(FunctionTool(
                 name=name, description=f"scripted tool {name}", args_model=AnyArgs,
-                func=self._runner(name, outcomes), guard=guard,
+                func=self._runner(name, outcomes), guard=guard, loop=loop,
             ))
 
     def _runner(self, name: str, outcomes: list[ToolOutcome]) -> Any:

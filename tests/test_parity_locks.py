@@ -1,0 +1,147 @@
+"""Issue 12's lock findings: a /kill in a turn's tail must not leave a follow-up-interrupt
+count for the next, unrelated turn (S17), and the stale-lock sweeper must not kill a slow
+but healthy metadata reveal (R6 look-ups run under the watchdog like tools, S6). Real
+discord.py against the loopback emulator for the bot; virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import discord
+import pytest
+
+from discord_io.delivery import DiscordChannel
+from discord_io.stale_sweeper import StaleLockSweeper
+from discord_io.testing import DiscordEmulator, emulated_discord
+from fsm.engine.config import TurnConfig
+from fsm.engine.generation import Attempt
+from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.prefill import TurnRequest
+from fsm.engine.stash import ContextStash
+from fsm.engine.turn import Turn
+from fsm.scenarios.format import HistoryMessage, parse_scenario
+from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
+from turn_engine.bot import TurnBot
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+
+async def test_a_kill_drops_the_count_carried_to_the_next_turn() -> None:
+    # covers S17 (per-lock cap across queued turns, nothing inherited after /kill), D3
+    locks = ChannelLockRegistry(max_follow_up_interrupts=1)
+    first = locks.try_acquire("c", "a")
+    assert first is not None
+    first.follow_up_interrupts = 1
+    locks.carry_follow_up_interrupts(first, queued_next=True)
+    locks.release(first)
+    queued = locks.try_acquire("c", "b")
+    assert queued is not None and queued.follow_up_interrupts == 1  # the busy chain's cap
+    locks.carry_follow_up_interrupts(queued, queued_next=True)
+    assert locks.request_stop("c")  # /kill in the turn's tail, after the count was carried
+    locks.release(queued)
+    unrelated = locks.try_acquire("c", "c")
+    assert unrelated is not None and unrelated.follow_up_interrupts == 0
+    unrelated.follow_up_interrupts = 1
+    locks.carry_follow_up_interrupts(unrelated, queued_next=False)  # the channel goes idle
+    locks.release(unrelated)
+    fresh = locks.try_acquire("c", "d")
+    assert fresh is not None and fresh.follow_up_interrupts == 0
+
+
+async def _mention(emu: DiscordEmulator, client: discord.Client, text: str) -> None:
+    payload = emu.add_message(emu.channel_id, emu.alice_id, f"<@{emu.bot_id}> {text}",
+                              mentions=[emu.bot_id])
+    client._connection.parse_message_create(payload)  # type: ignore[arg-type]
+    await asyncio.sleep(0.01)
+
+
+@asynccontextmanager
+async def _bot(passes: list[list[dict[str, Any]]], tmp_path: Path,
+               config: TurnConfig) -> AsyncIterator[tuple[DiscordEmulator, discord.Client,
+                                                          TurnBot]]:
+    async with emulated_discord() as (emu, client):
+        provider = ScriptedProvider(parse_scenario({"passes": passes}).passes)
+        bot = TurnBot(client, [Attempt(provider, "scripted")], config=config,
+                      journal_dir=tmp_path)
+        bot.attach()
+        await bot.start()
+        try:
+            yield emu, client, bot
+        finally:
+            await bot.aclose()
+
+
+async def test_a_kill_in_a_turns_tail_leaves_no_interrupt_count_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # covers S17, D3: the second turn ends with a message queued behind it (its count is
+    # carried); /kill arrives in its tail and clears the queue. The next, unrelated turn may
+    # still be interrupted by a follow-up — before, it inherited the spent cap
+    long_pass = [{"at": 1, "text": "thinking"}, {"at": 50, "end": "completed"}]
+    short = [{"at": 1, "text": "ok"}, {"at": 2, "end": "completed"}]
+    async with _bot([long_pass, long_pass, long_pass, short], tmp_path,
+                    TurnConfig(max_follow_up_interrupts=1)) as (emu, client, bot):
+        channel_id = str(emu.channel_id)
+        closing = DiscordChannel.aclose
+        kills: list[int] = []
+
+        async def kill_in_the_tail(self: DiscordChannel) -> None:
+            if len(bot.results) == 2 and not kills:
+                kills.append(len(bot.queue.pending(channel_id)))
+                bot.locks.request_stop(channel_id)
+                bot.queue.clear(channel_id)
+            await closing(self)
+
+        monkeypatch.setattr(DiscordChannel, "aclose", kill_in_the_tail)
+        await _mention(emu, client, "first")
+        await asyncio.sleep(3)
+        await _mention(emu, client, "second")  # interrupts the first turn: the cap is spent
+        await asyncio.sleep(3)
+        await _mention(emu, client, "third")  # queued behind the second turn
+        await bot.queue.join(channel_id)
+        assert kills == [1]
+        assert [r.status for r in bot.results] == ["follow_up_interrupt", "completed"]
+        await _mention(emu, client, "a new question")
+        await asyncio.sleep(3)
+        await _mention(emu, client, "and a follow-up")
+        await bot.queue.join(channel_id)
+        assert [r.status for r in bot.results][2:] == ["follow_up_interrupt", "completed"]
+
+
+class _SlowReactors(InMemoryChannel):
+    """Each reactor look-up takes 100 s of loop time: slow, but every one answers."""
+
+    async def fetch_reactors(self, message_id: str, emoji: str, limit: int) -> list[str]:
+        await asyncio.sleep(100)
+        return await super().fetch_reactors(message_id, emoji, limit)
+
+
+async def test_the_sweeper_spares_a_slow_but_healthy_metadata_reveal() -> None:
+    # covers R6, S6: 250 s of look-ups (inside the 300 s tool budget) outlast the 180 s stale
+    # age; under the watchdog the lock is not released and the reveal completes
+    scenario = parse_scenario({
+        "passes": [[{"at": 1, "tool_call": {"name": "reveal_message_metadata"}}],
+                   [{"at": 1, "text": "Bo and Cy reacted."}, {"at": 2, "end": "completed"}]],
+        "tools": {"reveal_message_metadata": {"guard": "message_metadata", "outcomes": [
+            {"success": True, "data": {"type": "context_restart_message_metadata"}}]}},
+    })
+    history = [HistoryMessage(id=f"m{n}", author="ana", content="hi",
+                              reactions=[{"emoji": "👍", "users": ["bo", "cy"]}])
+               for n in range(3)]
+    locks = ChannelLockRegistry(stale_age_s=180)
+    lock = locks.try_acquire("c", "reveal")
+    assert lock is not None
+    stash = ContextStash()
+    tools = ScriptedTools(scenario.tools, stash, {})
+    channel = _SlowReactors(history)
+    turn = Turn(provider=ScriptedProvider(scenario.passes), channel=channel, locks=locks,
+                lock=lock, request=TurnRequest(context_items=history_items(history)),
+                tools=tools.registry, stash=stash, config=TurnConfig())
+    async with StaleLockSweeper(locks, interval_s=30) as sweeper:
+        result = await turn.run()
+    assert result.status == "completed" and result.reactor_lookups == 3
+    assert sweeper.released == 0 and not lock.released
+    assert channel.reactor_lookups == 3
