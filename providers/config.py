@@ -36,6 +36,9 @@ DEFAULT_BASE_URLS: dict[str, str] = {
     "gemini": "https://generativelanguage.googleapis.com/v1beta",
 }
 
+DEFAULT_MAX_OUTPUT_TOKENS = 4096
+"""The output limit a provider is given unless configured (issue 12: a reply is bounded)."""
+
 
 class ProviderConfig(BaseModel):
     """One model attempt: which wire format, where, which model, and how to authenticate.
@@ -69,7 +72,9 @@ class ProviderConfig(BaseModel):
     api_key_header: str | None = None
     connect_timeout_s: float = Field(default=30.0, gt=0)
     read_timeout_s: float | None = Field(default=None, gt=0)
-    max_output_tokens: int | None = Field(default=None, gt=0)
+    max_output_tokens: int | None = Field(default=DEFAULT_MAX_OUTPUT_TOKENS, gt=0)
+    """Sent with every call, so a model that never stops is bounded at the source too (D5);
+    null sends none (the provider's own limit)."""
     extra_headers: dict[str, str] = Field(default_factory=dict, repr=False)
     query_params: dict[str, str] = Field(default_factory=dict)
     extra_body: dict[str, Any] = Field(default_factory=dict, repr=False)
