@@ -145,3 +145,21 @@ async def test_the_sweeper_spares_a_slow_but_healthy_metadata_reveal() -> None:
     assert result.status == "completed" and result.reactor_lookups == 3
     assert sweeper.released == 0 and not lock.released
     assert channel.reactor_lookups == 3
+
+
+async def test_a_turn_released_as_stale_says_so() -> None:
+    # covers S6, D4: a stale release stops the turn, and its result does not pass for a
+    # user's /kill
+    scenario = parse_scenario({"passes": [[{"at": 1, "text": "hm"}, {"at": 2, "stall": True}]]})
+    locks = ChannelLockRegistry(stale_age_s=180)
+    lock = locks.try_acquire("c", "hung")
+    assert lock is not None
+    turn = Turn(provider=ScriptedProvider(scenario.passes), channel=InMemoryChannel(),
+                locks=locks, lock=lock, config=TurnConfig())
+    running = asyncio.ensure_future(turn.run())
+    await asyncio.sleep(5)
+    assert lock.turn_kill is not None
+    lock.turn_kill("stale_lock")
+    result = await running
+    assert result.status == "stopped_by_user"
+    assert result.error == "the channel lock was released as stale"

@@ -163,6 +163,8 @@ class Turn:
             return
         self.stop_requested = True
         self.stop_requested_at = self.elapsed
+        if reason == "stale_lock":  # the sweeper gave up on the turn: not the user's /kill
+            self.error = "the channel lock was released as stale"
         self._stop_at = self._arrival()
         if self.recorder is not None and self._loop is not None:
             self.recorder.on_event(self._stop_at - self._t0, {"kill": True})
