@@ -49,7 +49,7 @@ from fsm.review.journal import JournalRecorder
 from providers import build_provider
 
 from .gc_tuning import tune_gc
-from .journals import JournalStore
+from .journals import JournalStore, scenario_history
 from .persona import Persona
 from .settings import AppSettings, ConfigurationError, JournalSettings, ToolSettings
 from .shutdown import StopRequest
@@ -332,18 +332,6 @@ def _referenced_in(message: discord.Message,
             break
         chain.append(current)
     return chain
-
-
-def scenario_history(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Dialogue items in the scenario format's `history` shape, for the turn's journal."""
-    return [
-        {"id": item["message_id"], "author": item.get("author", ""),
-         "author_id": item.get("author_id"), "content": item.get("content", ""),
-         "at": item.get("sent_at", ""), "reply_to": item.get("reply_to"),
-         "reactions": [{"emoji": r["emoji"], "count": r.get("count", 0)}
-                       for r in item.get("reactions") or []]}
-        for item in items if item.get("type") == "dialogue"
-    ]
 
 
 def build_client() -> discord.Client:

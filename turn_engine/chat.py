@@ -1,88 +1,238 @@
 """Terminal chat: talk to a real model through the real engine, seeing its transitions.
 
-Each line typed is one generation turn (primary model, then fallbacks). The reply streams
-to stdout; the machine's transitions go to stderr. Ctrl-C during a reply is `/kill`;
-Ctrl-D or `/quit` at the prompt leaves.
+Each line typed is one generation turn (primary model, then fallbacks), journaled like a bot
+turn. The reply streams to stdout after `bot> `; the machine's transitions go to stderr, each
+on a line of its own (a reply cut by a transition resumes on a new `bot> ` line). Ctrl-C
+during a reply is `/kill`; Ctrl-C, Ctrl-D or `/quit` at the prompt leaves, with status 0.
+
+Lines are read from the raw stdin descriptor on a daemon thread: `input()` in an executor
+cannot be abandoned (Ctrl-C at the prompt would hang until Enter), and a daemon thread
+inside Python's buffered stdin would hold its lock at interpreter exit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import signal
 import sys
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 import aiohttp
 
 from fsm.engine.channel import Notice
-from fsm.engine.generation import Attempt, run_generation_turn
+from fsm.engine.generation import Attempt, GenerationResult, run_generation_turn
 from fsm.engine.locks import ChannelLockRegistry
 from fsm.engine.prefill import TurnRequest
+from fsm.engine.tools import ToolRegistry
 from fsm.engine.turn import Turn
+from fsm.review.journal import JournalRecorder
 from providers import build_provider
 
+from .journals import JournalStore, scenario_history
+from .persona import Persona
 from .settings import AppSettings
 
 CHANNEL = "terminal"
+PROMPT = "you> "
+REPLY = "bot> "
+
+
+class Screen:
+    """Stdout and stderr as one screen: knows whether the reply line is open, so a
+    transition line is never written after reply text on the same line."""
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out = out
+        self.err = err
+        self.at_line_start = True
+
+    def reply(self, text: str) -> None:
+        if not text:
+            return
+        if self.at_line_start:
+            self.out.write(REPLY)
+        self.out.write(text)
+        self.out.flush()
+        self.at_line_start = text.endswith("\n")
+
+    def end_line(self) -> None:
+        if not self.at_line_start:
+            self.out.write("\n")
+            self.out.flush()
+            self.at_line_start = True
+
+    def status(self, line: str) -> None:
+        """A line of the machine's (transitions, results, errors) on stderr."""
+        self.end_line()
+        self.err.write(line + "\n")
+        self.err.flush()
+
+
+class EndReplyLine(logging.Filter):
+    """Log lines are the machine's too: one that arrives mid-reply starts on a new line."""
+
+    def __init__(self, screen: Screen) -> None:
+        super().__init__()
+        self.screen = screen
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.screen.end_line()
+        return True
+
+
+@contextlib.contextmanager
+def log_lines_apart(screen: Screen) -> Iterator[None]:
+    handlers = list(logging.getLogger().handlers)
+    apart = EndReplyLine(screen)
+    for handler in handlers:
+        handler.addFilter(apart)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(apart)
 
 
 class TerminalChannel:
     """Delivers streamed text straight to the terminal."""
 
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
+    def __init__(self, screen: Screen) -> None:
+        self.screen = screen
 
     async def deliver(self, text: str) -> None:
-        self.out.write(text)
-        self.out.flush()
+        self.screen.reply(text)
 
     async def finish_pass(self) -> None:
-        self.out.write("\n")
-        self.out.flush()
+        self.screen.end_line()
 
     def discard_unsent(self) -> None:
         """Nothing to drop: text is written as it comes."""
 
     async def post_notice(self, notice: Notice) -> None:
-        self.out.write(f"\n[{notice.title}] {notice.description}\n")
-        self.out.flush()
+        self.screen.end_line()
+        self.screen.out.write(f"[{notice.title}] {notice.description}\n")
+        self.screen.out.flush()
 
     async def fetch_reactors(self, message_id: str, emoji: str, limit: int) -> list[str]:
         return []
 
 
 class StderrTransitions:
-    def __init__(self, err: TextIO) -> None:
-        self.err = err
+    def __init__(self, screen: Screen) -> None:
+        self.screen = screen
 
     def on_transition(self, turn: Turn, t: float, event: str, source: str, dest: str) -> None:
-        self.err.write(f"  · {t:7.2f}s {source} ─{event}─▶ {dest}\n")
-        self.err.flush()
+        self.screen.status(f"  · {t:7.2f}s {source} ─{event}─▶ {dest}")
 
 
-async def _read_line(prompt: str) -> str | None:
+class LineReader:
+    """Lines typed on `fd`, read by a daemon thread, handed to the loop."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self._thread: threading.Thread | None = None
+
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        pending = b""
+        while True:
+            try:
+                block = os.read(self.fd, 4096)
+            except OSError:
+                block = b""
+            if not block:
+                if pending:
+                    loop.call_soon_threadsafe(self._lines.put_nowait, pending.decode(
+                        "utf-8", errors="replace"))
+                loop.call_soon_threadsafe(self._lines.put_nowait, None)
+                return
+            pending += block
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                loop.call_soon_threadsafe(self._lines.put_nowait,
+                                          line.decode("utf-8", errors="replace"))
+
+    async def read(self) -> str | None:
+        """The next line, or None at end of input."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, args=(asyncio.get_running_loop(),),
+                                            name="terminal-input", daemon=True)
+            self._thread.start()
+        return await self._lines.get()
+
+
+async def _prompt(reader: LineReader, screen: Screen) -> str | None:
+    """The next line; None on Ctrl-D or Ctrl-C."""
+    screen.end_line()
+    screen.out.write(PROMPT)
+    screen.out.flush()
     loop = asyncio.get_running_loop()
+    line = asyncio.ensure_future(reader.read())
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, line.cancel)
     try:
-        return await loop.run_in_executor(None, input, prompt)
-    except EOFError:
+        return await line
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+        screen.out.write("\n")
         return None
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
 
 
-async def chat(settings: AppSettings, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def failure_line(result: GenerationResult, attempts: Sequence[Attempt]) -> str | None:
+    """One line saying why a failed turn failed; for an HTTP 404 it names the URL tried
+    (almost always a `base_url` without, or with the wrong, API version)."""
+    for attempt, label, outcome in zip(attempts, result.labels, result.attempts, strict=False):
+        errors = [p.error for p in outcome.passes if p.error]
+        if not errors:
+            continue
+        error = errors[-1]
+        endpoint = getattr(attempt.provider, "endpoint", None)
+        url = endpoint() if callable(endpoint) else None
+        if error.get("status") == 404 and url:
+            return (f"error: {label}: {url} answered 404 Not Found; check base_url (it "
+                    "should end with the API version, e.g. http://127.0.0.1:11434/v1)")
+        where = f" at {url}" if url else ""
+        status = f"HTTP {error['status']} " if error.get("status") else ""
+        return f"error: {label}{where}: {status}{error.get('message', '')}".rstrip()
+    return None
+
+
+async def chat(settings: AppSettings, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+               input_fd: int | None = None) -> int:
+    screen = Screen(out, err)
+    with log_lines_apart(screen):
+        return await _chat(settings, screen, input_fd)
+
+
+async def _chat(settings: AppSettings, screen: Screen, input_fd: int | None) -> int:
     locks = ChannelLockRegistry(stale_age_s=settings.engine.stale_lock_age_s)
     history: list[dict[str, Any]] = []
-    channel = TerminalChannel(out)
-    observer = StderrTransitions(err)
+    channel = TerminalChannel(screen)
+    observer = StderrTransitions(screen)
+    journals = JournalStore(settings.journals)
+    persona = Persona(settings.system_prompt, settings.system_prompt_file)
+    reader = LineReader(input_fd if input_fd is not None else sys.stdin.fileno())
+    tools = ToolRegistry([])
     loop = asyncio.get_running_loop()
     models = ", ".join(f"{c.kind}:{c.model}" for c in settings.attempts())
-    err.write(f"Chatting with {models}. Ctrl-C stops a reply, Ctrl-D or /quit leaves.\n")
+    screen.status(f"Chatting with {models}. Ctrl-C stops a reply; Ctrl-C, Ctrl-D or /quit "
+                  "leaves.")
     async with aiohttp.ClientSession() as session:
         attempts = [Attempt(build_provider(config, session), f"{config.kind}:{config.model}")
                     for config in settings.attempts()]
         number = 0
         while True:
-            line = await _read_line("you> ")
+            line = await _prompt(reader, screen)
             if line is None or line.strip() == "/quit":
                 return 0
             if not line.strip():
@@ -90,22 +240,38 @@ async def chat(settings: AppSettings, out: TextIO = sys.stdout, err: TextIO = sy
             number += 1
             history.append({"type": "dialogue", "role": "user", "author": "you",
                             "message_id": f"t{number}", "content": line})
+            items = list(history)
+            recorded: list[tuple[Turn, JournalRecorder]] = []
+
+            def on_attempt(turn: Turn, items: list[dict[str, Any]] = items,
+                           recorded: list[tuple[Turn, JournalRecorder]] = recorded) -> None:
+                recorder = JournalRecorder(turn.turn_id, turn.config, tools,
+                                           history=scenario_history(items),
+                                           request=turn.request)
+                turn.recorder = recorder
+                recorded.append((turn, recorder))
+
             lock = locks.try_acquire(CHANNEL, owner=f"terminal-{number}")
             assert lock is not None
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signal.SIGINT, locks.request_stop, CHANNEL)
             try:
-                out.write("bot> ")
                 result = await run_generation_turn(
                     attempts, channel=channel, locks=locks, lock=lock,
-                    request=TurnRequest(context_items=list(history),
-                                        system_prompt=settings.system_prompt),
-                    config=settings.engine, observer=observer)
+                    request=TurnRequest(context_items=items,
+                                        system_prompt=persona.system_prompt()),
+                    config=settings.engine, tools=tools, observer=observer,
+                    on_attempt=on_attempt)
             finally:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(signal.SIGINT)
                 locks.release(lock)
-            err.write(f"  = {result.status}\n")
+                for turn, recorder in recorded:
+                    journals.write_turn(f"terminal-{number}-{turn.turn_id}", turn, recorder)
+            screen.status(f"  = {result.status}")
+            failure = failure_line(result, attempts) if not result.delivered_text else None
+            if failure is not None:
+                screen.status(failure)
             if result.delivered_text:
-                history.append({"type": "dialogue", "role": "assistant",
-                                "content": result.delivered_text})
+                history.append({"type": "dialogue", "role": "assistant", "author": "bot",
+                                "message_id": f"b{number}", "content": result.delivered_text})

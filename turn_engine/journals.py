@@ -81,3 +81,15 @@ class JournalStore:
             count -= 1
             total -= stat.st_size
         return removed
+
+
+def scenario_history(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Dialogue items in the scenario format's `history` shape, for the turn's journal."""
+    return [
+        {"id": item["message_id"], "author": item.get("author", ""),
+         "author_id": item.get("author_id"), "content": item.get("content", ""),
+         "at": item.get("sent_at", ""), "reply_to": item.get("reply_to"),
+         "reactions": [{"emoji": r["emoji"], "count": r.get("count", 0)}
+                       for r in item.get("reactions") or []]}
+        for item in items if item.get("type") == "dialogue"
+    ]
