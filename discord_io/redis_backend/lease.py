@@ -116,8 +116,11 @@ class LeaseKeeper:
         self._on_lost(lease)
 
     async def renew_all(self) -> None:
-        """One renewal of every lease held; Redis errors leave the leases to expire locally."""
-        leases = list(self._leases.values())
+        """One renewal of every lease held; Redis errors leave the leases to expire locally.
+        A lease already past its local validity (the process was paused) is lost first:
+        renewing it now could succeed after another worker saw it lapse."""
+        self.expire_overdue()
+        leases = [lease for lease in self._leases.values() if not lease.lost]
         args: list[str | int] = [self._prefix, self.timings.ttl_ms]
         for lease in leases:
             args += [lease.channel_id, lease.token]

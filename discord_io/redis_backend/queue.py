@@ -20,7 +20,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -77,6 +77,16 @@ class QueuedRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class KillOutcome:
+    """What /kill did: `duplicate` is a second delivery of the interaction (answered by the
+    session that got it first)."""
+
+    status: Literal["done", "duplicate", "not_allowed"]
+    running: bool = False
+    dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RunningTurn:
     """What a turn knows of its lease, for journals: who ran it under which fence."""
 
@@ -109,6 +119,7 @@ class RedisChannelQueue(Generic[M]):
         worker_id: str | None = None,
         prefix: str = DEFAULT_PREFIX,
         stale_grace_s: float = DEFAULT_STALE_GRACE_S,
+        owns_redis: bool = False,
     ) -> None:
         if max_queued < 0:
             raise ValueError("max_queued must not be negative")
@@ -123,6 +134,7 @@ class RedisChannelQueue(Generic[M]):
         self.worker_id = worker_id if worker_id is not None else default_worker_id()
         self.prefix = prefix
         self.stale_grace_s = stale_grace_s
+        self._owns_redis = owns_redis
         self.keeper = LeaseKeeper(redis, prefix, self.timings, on_lost=self._stop_turn,
                                   on_stop=self._stop_turn)
         self.inbox = WorkerInbox(redis, f"{prefix}worker:{self.worker_id}",
@@ -160,6 +172,8 @@ class RedisChannelQueue(Generic[M]):
         if workers:
             await asyncio.wait(workers)
         await self.inbox.stop()
+        if self._owns_redis:
+            await self.redis.aclose()
 
     # ---- the queue's interface -----------------------------------------------------------
 
@@ -196,14 +210,17 @@ class RedisChannelQueue(Generic[M]):
             return Submission("started")
         return Submission("queued", position=waiting)
 
-    async def kill(self, channel_id: str, interaction_id: str) -> tuple[bool, int] | None:
+    async def kill(self, channel_id: str, interaction_id: str, *, user_id: int = 0,
+                   privileged: bool = True) -> KillOutcome:
         """`/kill` from any process: stop the channel's turn wherever it runs and drop its
-        queue. Returns (running, dropped), or None for a second delivery of the interaction."""
+        queue. A user who is not `privileged` may stop only the reply to their own message."""
         reply = await self._kill(args=[self.prefix, channel_id,
-                                       f"interaction:{interaction_id}", DEDUP_TTL_S])
-        if _text(reply[0]) == "duplicate":
-            return None
-        return bool(int(reply[1])), int(reply[2])
+                                       f"interaction:{interaction_id}", DEDUP_TTL_S,
+                                       str(user_id), "1" if privileged else "0"])
+        status = _text(reply[0])
+        if status == "done":
+            return KillOutcome("done", bool(int(reply[1])), int(reply[2]))
+        return KillOutcome("duplicate" if status == "duplicate" else "not_allowed")
 
     def busy(self, channel_id: str) -> bool:
         """Whether this worker runs the channel's turns now."""
@@ -261,14 +278,15 @@ class RedisChannelQueue(Generic[M]):
                               lease.channel_id, record.message_id)
         if message is None or not lease.held(asyncio.get_running_loop().time()):
             return chain
-        lock = await acquire_lock(self._registry, lease.channel_id, record.message_id)
+        owner = f"{record.message_id}@{self.worker_id}.f{lease.fence}"  # names the journals
+        lock = await acquire_lock(self._registry, lease.channel_id, owner)
         lock.follow_up_interrupts = chain
         if lease.stop:
             lock.stop_requested = True
         self.running[lease.channel_id] = RunningTurn(self.worker_id, lease.fence)
         await run_supervised(self._registry, lock, lambda: self._guarded(message, lock),
                              self.stale_grace_s)
-        return lock.follow_up_interrupts
+        return 0 if lock.stop_requested else lock.follow_up_interrupts
 
     async def _guarded(self, message: M, lock: ChannelLock) -> None:
         try:

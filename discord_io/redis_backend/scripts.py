@@ -136,20 +136,21 @@ return 1
 )
 
 KILL = """
--- ARGV: prefix, channel, interaction id, dedup_s. Returns {'duplicate'} or
--- {'done', running (0/1), dropped}.
+-- ARGV: prefix, channel, interaction id, dedup_s, user id, privileged (1: may stop anyone's
+-- reply). Returns {'duplicate'}, {'not_allowed'} or {'done', running (0/1), dropped}.
 local p, ch = ARGV[1], ARGV[2]
+local lease = p .. 'lease:' .. ch
+local held = redis.call('HMGET', lease, 'worker', 'author')
+if ARGV[6] ~= '1' and held[2] ~= ARGV[5] then return {'not_allowed'} end
 if not redis.call('SET', p .. 'seen:' .. ARGV[3], '1', 'NX', 'EX', ARGV[4]) then
   return {'duplicate'}
 end
 local queue = p .. 'queue:' .. ch
 local dropped = redis.call('LLEN', queue)
-redis.call('DEL', queue)
-local lease = p .. 'lease:' .. ch
-local worker = redis.call('HGET', lease, 'worker')
-if not worker then return {'done', 0, dropped} end
+redis.call('DEL', queue, p .. 'chain:' .. ch)
+if not held[1] then return {'done', 0, dropped} end
 redis.call('HSET', lease, 'stop', '1')
-redis.call('PUBLISH', p .. 'worker:' .. worker, cjson.encode({op = 'kill', channel = ch}))
+redis.call('PUBLISH', p .. 'worker:' .. held[1], cjson.encode({op = 'kill', channel = ch}))
 return {'done', 1, dropped}
 """
 
