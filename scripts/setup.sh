@@ -20,6 +20,14 @@ if [ ! -x /usr/bin/chromium ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 
+# The Redis backend's tests start their own redis-server on a private socket (docs/redis.md).
+if ! command -v redis-server >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis_support import RedisServer, running_redis
 
 from discord_io.redis_backend.queue import UNAVAILABLE_TEXT
 from discord_io.testing import DiscordEmulator, emulated_discord
+
+from redis_support import RedisServer, running_redis
 
 pytestmark = pytest.mark.asyncio
 
