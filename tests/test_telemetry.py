@@ -266,6 +266,17 @@ async def test_metrics_of_turns_scraped_over_loopback() -> None:
                                                  ("model", "scripted")))] == 1
 
 
+def test_a_turn_not_sampled_writes_no_span() -> None:
+    # covers issue 18 item 3: trace_sample_ratio traces whole turns or none of them
+    for ratio, expected in ((0.0, 0), (1.0, 5)):
+        exporter = InMemorySpanExporter()
+        telemetry = build_telemetry(TelemetryConfig(traces=True, trace_sample_ratio=ratio),
+                                    span_exporter=exporter)
+        assert telemetry is not None
+        assert play_virtual(SCENARIOS[0], telemetry.observer).result.status == "completed"
+        assert len(exporter.get_finished_spans()) == expected
+
+
 def test_kill_latency_counts_from_the_stop_request() -> None:
     # covers S7/S16: kill latency is the time from the request to Stopped, not the turn's age
     metrics = TurnMetrics()

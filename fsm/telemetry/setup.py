@@ -54,6 +54,7 @@ def _tracer(config: TelemetryConfig, tracer_provider: Any, span_exporter: Any) -
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
     except ImportError:
         raise TelemetryUnavailable(f"telemetry.traces is on but opentelemetry-sdk is not "
                                    f"installed: {EXTRA}") from None
@@ -61,7 +62,8 @@ def _tracer(config: TelemetryConfig, tracer_provider: Any, span_exporter: Any) -
 
     if tracer_provider is not None:
         return tracer_provider.get_tracer(INSTRUMENTATION), None
-    owned = TracerProvider(resource=Resource.create({"service.name": config.service_name}))
+    owned = TracerProvider(resource=Resource.create({"service.name": config.service_name}),
+                           sampler=ParentBased(TraceIdRatioBased(config.trace_sample_ratio)))
     if span_exporter is not None:
         owned.add_span_processor(SimpleSpanProcessor(span_exporter))
     else:
