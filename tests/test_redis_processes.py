@@ -22,8 +22,7 @@ import pytest
 
 from discord_io.redis_backend.queue import UNAVAILABLE_TEXT
 from discord_io.testing import DiscordEmulator, emulated_discord
-
-from redis_support import RedisServer, running_redis
+from discord_io.testing.redis_server import RedisServer, running_redis
 
 pytestmark = pytest.mark.asyncio
 

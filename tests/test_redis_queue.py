@@ -17,9 +17,8 @@ from discord_io.channel_queue import QUEUE_FULL_TEXT, STOPPING_TEXT
 from discord_io.redis_backend.fence import LeaseLostError, check_lease, current_lease
 from discord_io.redis_backend.lease import Lease, LeaseTimings
 from discord_io.redis_backend.queue import UNAVAILABLE_TEXT, QueuedRecord, RedisChannelQueue
+from discord_io.testing.redis_server import RedisServer, running_redis
 from fsm.engine.locks import ChannelLock, ChannelLockRegistry
-
-from redis_support import RedisServer, running_redis
 
 pytestmark = pytest.mark.asyncio
 

@@ -1,5 +1,5 @@
-"""A real redis-server for the Redis backend's tests: started on a private unix socket in a
-temporary directory, stopped (or restarted) by the test, never a fake."""
+"""A real redis-server for the Redis backend's tests and benchmarks: started on a private
+unix socket in a directory of the caller's, stopped (or restarted) on request, never a fake."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
 
 READY_LINE = b"ready to accept connections"
 START_TIMEOUT_S = 20.0
@@ -77,14 +75,15 @@ class RedisServer:
             process.stdout.close()
 
 
+
 @contextmanager
 def running_redis(directory: Path) -> Iterator[RedisServer]:
+    """A started server under `directory`, stopped on exit."""
     if shutil.which("redis-server") is None:
-        pytest.fail("redis-server is not installed: run scripts/setup.sh")
+        raise RuntimeError("redis-server is not installed: run scripts/setup.sh")
     server = RedisServer(directory)
     server.start()
     try:
         yield server
     finally:
         server.stop()
-
