@@ -205,6 +205,13 @@ SCENARIOS = [
                                                   {"name": "lookup", "args": {}}]}],
                       [{"at": 0.3, "text": "Sorry."}, {"at": 0.4, "end": "completed"}]],
               tools={"lookup": [{"after": 0.5, "raise": "backend down"}, {"hang": True}]}),
+    _scenario("tool_timeout_then_ok", config={"tool_timeout_s": 5},
+              passes=[[{"at": 0.2, "tool_calls": [{"name": "slow", "args": {}},
+                                                  {"name": "fast", "args": {}}]}],
+                      [{"at": 0.3, "text": "Done."}, {"at": 0.4, "end": "completed"}]],
+              tools={"slow": [{"hang": True}], "fast": [{"after": 0.1, "success": True}]}),
+    _scenario("kill_in_tool", passes=[[{"at": 0.2, "tool_call": {"name": "slow", "args": {}}}]],
+              tools={"slow": [{"hang": True}]}, events=[{"at": 3.0, "kill": True}]),
 ]
 
 
@@ -244,26 +251,30 @@ async def test_metrics_of_turns_scraped_over_loopback() -> None:
     assert max(seen_active) == 1.0
     p = "turn_engine_"
     assert samples[(p + "turns_total", (("status", "completed"), ("terminal_state", "Done")))] \
-        == 2
+        == 3
     assert samples[(p + "turns_total", (("status", "timeout"),
                                         ("terminal_state", "TimedOut")))] == 1
     assert samples[(p + "turns_total", (("status", "stopped_by_user"),
-                                        ("terminal_state", "Stopped")))] == 1
+                                        ("terminal_state", "Stopped")))] == 2
     assert samples[(p + "timeouts_total", (("phase", "idle"),))] == 1
     assert samples[(p + "timeouts_total", (("phase", "settle"),))] == 1
-    assert samples[(p + "timeouts_total", (("phase", "tool"),))] == 1
+    assert samples[(p + "timeouts_total", (("phase", "tool"),))] == 2
     assert (p + "timeouts_total", (("phase", "first_token"),)) not in samples
-    assert samples[(p + "kill_latency_seconds_count", ())] == 1
+    assert samples[(p + "kill_latency_seconds_count", ())] == 2
     assert samples[(p + "kill_latency_seconds_sum", ())] == 0.0
     assert samples[(p + "tool_errors_total", (("outcome", "error"), ("tool", "lookup")))] == 1
     assert samples[(p + "tool_errors_total", (("outcome", "timeout"), ("tool", "lookup")))] \
         == 1
     assert samples[(p + "tool_calls_total", (("outcome", "error"), ("tool", "lookup")))] == 1
+    assert samples[(p + "tool_errors_total", (("outcome", "timeout"), ("tool", "slow")))] == 1
+    assert samples[(p + "tool_errors_total", (("outcome", "killed"), ("tool", "slow")))] == 1
+    assert samples[(p + "tool_calls_total", (("outcome", "ok"), ("tool", "fast")))] == 1
+    assert (p + "tool_errors_total", (("outcome", "ok"), ("tool", "fast"))) not in samples
     assert samples[(p + "active_turns", ())] == 0
     assert samples[(p + "queue_depth", ())] == 1
-    assert samples[(p + "turn_duration_seconds_count", (("terminal_state", "Done"),))] == 2
+    assert samples[(p + "turn_duration_seconds_count", (("terminal_state", "Done"),))] == 3
     assert samples[(p + "provider_calls_total", (("ended_by", "tool_call"),
-                                                 ("model", "scripted")))] == 1
+                                                 ("model", "scripted")))] == 3
 
 
 def test_a_turn_not_sampled_writes_no_span() -> None:
