@@ -402,7 +402,9 @@ async def serve(settings: AppSettings, *, stop: StopRequest | None = None,
     stop = stop if stop is not None else StopRequest()
     fetcher = MediaFetcher()
     try:
-        async with aiohttp.ClientSession() as session:
+        # Every streaming turn holds one provider connection: aiohttp's default pool of 100
+        # would queue the 101st channel's stream behind the others (BENCHMARKS.md, item 7).
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
             bot = build_bot(client, settings, session, fetcher)
             bot.attach()
             tune_gc(settings.gc)
