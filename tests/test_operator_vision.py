@@ -21,6 +21,7 @@ import pytest
 from PIL import Image
 
 from discord_io.attachments import AttachmentPolicy, AttachmentReader
+from discord_io.history import HistoryPolicy
 from discord_io.media_fetch import MediaFetcher
 from discord_io.testing import DiscordEmulator, emulated_discord
 from fsm.engine.generation import Attempt
@@ -124,10 +125,13 @@ async def test_an_attached_image_reaches_a_vision_model_as_an_image_part() -> No
     assert "square.png" in _text(body)
 
 
-async def test_images_of_the_message_replied_to_are_shown_too() -> None:
-    # covers issue 16 item 6: the image is in the message being replied to
+@pytest.mark.parametrize("history", [20, 1], ids=["in-history", "beyond-history"])
+async def test_images_of_the_message_replied_to_are_shown_too(history: int) -> None:
+    # covers issue 16 item 6: the image is in the message being replied to, also when that
+    # message is older than the history the model sees
     first, second = _png("red"), _png("blue")
     async with vision_bot(AttachmentPolicy(vision=True)) as v:
+        v.bot.history = HistoryPolicy(max_messages=history)
         original = await v.say("look", attachments=(
             v.emu.add_attachment("red.png", "image/png", first),), mention=False)
         await v.say("and this one?", reply_to=int(original["id"]), attachments=(

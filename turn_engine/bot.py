@@ -257,9 +257,12 @@ class TurnBot:
         items = within_budget(items, self.history.max_chars, keep_id=str(message.id))
         if self.attachments is not None:
             kept = {item["message_id"] for item in items}
-            shown = [message, *_referenced_in(message, picked)]
-            image_item = await self.attachments.image_item(
-                m for m in shown if str(m.id) in kept)
+            shown = [message, *(m for m in _referenced_in(message, picked)
+                                if str(m.id) in kept)]
+            parent = message.reference.resolved if message.reference is not None else None
+            if isinstance(parent, discord.Message) and all(m.id != parent.id for m in shown):
+                shown.insert(1, parent)  # replied to from beyond the history window
+            image_item = await self.attachments.image_item(shown)
             if image_item is not None:
                 items.append(image_item)
         return items
