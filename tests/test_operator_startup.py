@@ -181,3 +181,30 @@ async def test_stopping_with_a_reply_streaming_keeps_its_text_and_journal(
     assert re.fullmatch(
         rf"turn end channel={emu.channel_id} turn=\d+ state=Stopped status=stopped_by_user "
         r"passes=1 duration=\d+\.\ds tokens=unknown model=openai:local", line), line
+
+
+@virtual_time
+async def test_the_settings_reach_the_running_bot(tmp_path: Path) -> None:
+    # covers issue 16 items 3 and 4 end to end: access lists and tools off, from settings
+    answer = sse(_chunk("Hi!"), {"choices": [{"index": 0, "delta": {},
+                                              "finish_reason": "stop"}]}) + b"data: [DONE]\n\n"
+    async with ReplayServer([Send(answer)]) as model, emulator() as emu:
+        bob = int(emu.add_user("bob")["id"])
+        emu.guilds[emu.guild_id]["members"].append(bob)
+        settings = _settings(emu.token, model.url, tmp_path,
+                             access={"blocked_users": [bob]}, tools={"enabled": False})
+        stop = StopRequest()
+        client = build_client()
+        serving = asyncio.create_task(serve(settings, stop=stop, client=client))
+        await asyncio.wait_for(_ready(client), 60)
+        await emu.gateway.message_create(emu.channel_id, bob, f"<@{emu.bot_id}> me too",
+                                         mentions=[emu.bot_id])
+        await emu.gateway.message_create(emu.channel_id, emu.alice_id, f"<@{emu.bot_id}> hi",
+                                         mentions=[emu.bot_id])
+        await emu.wait_for(lambda r: r.route == SEND, timeout=60)
+        stop.request("SIGTERM")
+        assert await asyncio.wait_for(serving, 60) == 0
+    [request] = model.requests
+    body = request.json()
+    assert "tools" not in body
+    assert "me too" not in json.dumps(body)  # the blocked user is not even history
