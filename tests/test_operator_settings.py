@@ -120,6 +120,13 @@ def test_token_without_provider_is_one_line(tmp_path: Path) -> None:
     assert line.startswith("TURN_PROVIDER: not set") and SECRET not in line
 
 
+def test_a_missing_persona_file_is_one_line(tmp_path: Path) -> None:
+    # covers issue 16 item 4: the persona file is checked at start-up, not at the first reply
+    [line] = problems(tmp_path, TURN_SYSTEM_PROMPT_FILE="persona.txt")
+    assert line.startswith("system_prompt_file (TURN_SYSTEM_PROMPT_FILE): Value error, "
+                           "cannot read the persona file persona.txt"), line
+
+
 def test_json_that_does_not_parse_names_the_field(tmp_path: Path) -> None:
     # covers issue 16 item 3: pydantic-settings' SettingsError becomes one line too
     assert problems(tmp_path, TURN_FALLBACKS="[{oops") == [

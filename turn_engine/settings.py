@@ -27,7 +27,15 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -172,6 +180,18 @@ class AppSettings(BaseSettings):
         """Arguments, then the environment, then `.env`, then the TOML file."""
         file_settings = InitSettingsSource(settings_cls, init_kwargs=dict(_FILE_DATA.get()))
         return init_settings, env_settings, dotenv_settings, file_settings
+
+    @field_validator("system_prompt_file")
+    @classmethod
+    def _readable_persona(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        try:
+            value.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read the persona file {value} "
+                             f"({type(exc).__name__})") from None
+        return value
 
     @model_validator(mode="before")
     @classmethod
