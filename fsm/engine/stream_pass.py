@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -94,6 +95,7 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
     filtering = False  # a `<details>` block is open or a tag is held back (T8)
     chars_left = run.chars_left
     started = run.started_at
+    deadline = run.deadline if run.deadline is not None else math.inf
     stream: AsyncIterator[ProviderEvent] | None = None
     crashed = False
     ended_at = 0.0
@@ -109,7 +111,7 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
                         if type(text) is not str:
                             raise TypeError(f"the provider sent {type(text).__name__} as text")
                         now = clock()
-                        if abort.fired or (run.deadline is not None and now > run.deadline):
+                        if abort.fired or now > deadline:
                             # Aborted, or past its deadline before the driver could act
                             # on it: the timeout comes first, as in replay (S10).
                             if recorder is not None:
@@ -120,7 +122,7 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
                                 await deliver(text)
                                 run.landed.append(text)
                             continue
-                        run.deadline = now + idle_s
+                        run.deadline = deadline = now + idle_s
                         lock.last_touch = now
                         if not run.got_token:
                             run.got_token = True
