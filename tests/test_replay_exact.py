@@ -206,3 +206,48 @@ def test_replay_reports_a_one_microsecond_difference_in_words() -> None:
     out = io.StringIO()
     out.write(difference)
     assert "\n" not in out.getvalue()
+
+
+class PeekArgs(BaseModel):
+    user: str
+
+
+def test_a_restart_from_a_shared_stash_replays_exactly() -> None:
+    # covers R3, R4, R8 with the journal rule: the bot's stash is shared by every turn and
+    # its keys are random; what a tool of this turn stashed is recorded under a stable name
+    from fsm.engine.stash import ContextStash
+    from fsm.scenarios.format import parse_scenario
+    from fsm.scenarios.scripted import ScriptedProvider
+
+    shared = ContextStash()
+
+    async def peek(args: PeekArgs, ctx: ToolContext) -> ToolResult:
+        await asyncio.sleep(0.003)
+        key = ctx.stash.put({"role": "user",
+                             "parts": [{"type": "text", "text": f"<avatar of {args.user}>"}]})
+        return ToolResult.ok({"type": "context_restart_image", "pending_context_key": key})
+
+    tools = ToolRegistry([FunctionTool(name="peek_profile_picture", description="avatar",
+                                       args_model=PeekArgs, func=peek, guard="image")])
+    passes = parse_scenario({"passes": [
+        [{"at": 0.002, "tool_call": {"name": "peek_profile_picture", "args": {"user": "ana"}}}],
+        [{"at": 0.004, "text": "A cat in a hat."}, {"at": 0.005, "end": "completed"}]]}).passes
+
+    async def record() -> dict[str, Any]:
+        locks = ChannelLockRegistry()
+        lock = locks.try_acquire("c", "live")
+        assert lock is not None
+        turn = Turn(provider=ScriptedProvider(passes), channel=InMemoryChannel(), locks=locks,
+                    lock=lock, tools=tools, stash=shared)
+        recorder = JournalRecorder(turn.turn_id, turn.config, tools, stash=shared)
+        turn.recorder = recorder
+        result = await turn.run()
+        locks.release(lock)
+        return journal_document(recorder.scenario(), turn.transitions, result.as_dict())
+
+    document = _round_trip(asyncio.run(record()))
+    assert document["result"]["context_items_added"] == 1
+    outcome = document["tools"]["peek_profile_picture"]["outcomes"][0]
+    assert outcome["data"]["pending_context_key"] == "$stash:item1"
+    assert "<avatar of ana>" in json.dumps(document["stash"]["item1"])
+    assert replay_difference(document, "live restart") is None

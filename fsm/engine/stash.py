@@ -101,6 +101,12 @@ class ContextStash:
         self._bytes += size
         return key
 
+    def peek(self, key: str) -> Any | None:
+        """The item under `key` without taking it (a journal recording what a tool stashed),
+        or None when unknown."""
+        entry = self._entries.get(key)
+        return entry.item if entry is not None else None
+
     def take(self, key: str) -> Any | None:
         """Remove and return the item, or None when unknown, expired or already taken."""
         entry = self._entries.pop(key, None)

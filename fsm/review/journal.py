@@ -96,7 +96,7 @@ class JournalRecorder:
     """Records a live turn's inputs in scenario form (the engine's `InputRecorder`)."""
 
     def __init__(self, name: str, config: TurnConfig, tools: ToolRegistry,
-                 stash: RecordingStash | None = None,
+                 stash: ContextStash | None = None,
                  history: list[dict[str, Any]] | None = None,
                  request: TurnRequest | None = None) -> None:
         self.name = name
@@ -107,6 +107,10 @@ class JournalRecorder:
         self.history = history or []
         self.tool_outcomes: dict[str, list[dict[str, Any]]] = {}
         self.events: list[dict[str, Any]] = []
+        self._stashed: dict[str, str] = {}
+        """Keys of a shared stash that tools of this turn returned, by stable name."""
+        self._stashed_items: dict[str, dict[str, Any]] = {}
+        self._origin: float | None = None
         self._passes: list[list[Step]] = []
         self._landed: dict[int, str] = {}
 
@@ -121,6 +125,8 @@ class JournalRecorder:
         return self._passes[pass_no - 1]
 
     def on_pass_start(self, pass_no: int) -> TextSink:
+        if self._origin is None and _in_loop():
+            self._origin = asyncio.get_running_loop().time()
         return self._steps(pass_no).append
 
     def on_landed(self, pass_no: int, text: str) -> None:
@@ -190,11 +196,38 @@ class JournalRecorder:
     def on_tool(self, name: str, after: float, outcome: dict[str, Any]) -> None:
         record = {"after": _r(after), **outcome}
         if "data" in record:
-            data = self.stash.refs(record["data"]) if self.stash is not None else record["data"]
-            record["data"] = jsonable(data)
+            record["data"] = jsonable(self._stash_refs(record["data"], after))
         if record.get("hang"):
             record = {"hang": True}
         self.tool_outcomes.setdefault(name, []).append(record)
+
+    def _stash_refs(self, data: Any, after: float) -> Any:
+        """`data` with every key of an item a tool stashed as `$stash:NAME`: a recording
+        stash knows its items; a shared one (the bot's) is asked, and the item recorded as
+        stashed when the tool began (it was put while the tool ran, `after` seconds)."""
+        stash = self.stash
+        if isinstance(stash, RecordingStash):
+            return stash.refs(data)
+        if stash is None:
+            return data
+        if isinstance(data, str):
+            name = self._stashed.get(data)
+            if name is None:
+                item = stash.peek(data)
+                if item is None:
+                    return data
+                name = self._stashed[data] = f"item{len(self._stashed) + 1}"
+                record = jsonable(item) if isinstance(item, dict) else {"value": jsonable(item)}
+                if self._origin is not None and _in_loop():
+                    began = asyncio.get_running_loop().time() - self._origin - after
+                    record["stash_at"] = max(0.0, _r(began))
+                self._stashed_items[name] = record
+            return f"$stash:{name}"
+        if isinstance(data, dict):
+            return {k: self._stash_refs(v, after) for k, v in data.items()}
+        if isinstance(data, list):
+            return [self._stash_refs(v, after) for v in data]
+        return data
 
     def on_event(self, at: float, event: dict[str, Any]) -> None:
         self.events.append({"at": _r(at), **event})
@@ -226,10 +259,19 @@ class JournalRecorder:
             "request": request,
             "passes": self.passes,
             "tools": tools,
-            "stash": self.stash.items if self.stash is not None else {},
+            "stash": (self.stash.items if isinstance(self.stash, RecordingStash)
+                      else dict(self._stashed_items)),
             "history": self.history,
             "events": self.events,
         }
+
+
+def _in_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _as_dict(step: Step) -> dict[str, Any]:
