@@ -39,7 +39,7 @@ DONE = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
 def model_server(body: bytes, *, status: int = 200) -> Iterator[str]:
     """A ReplayServer on its own loop in a thread (pexpect blocks this one); yields its URL."""
     loop = asyncio.new_event_loop()
-    server = ReplayServer([Send(body)], status=status,
+    server = ReplayServer(body if status == 200 else [Send(body)], status=status,
                           content_type="text/event-stream" if status == 200 else "text/plain")
     started = threading.Event()
 
@@ -84,6 +84,23 @@ def test_ctrl_c_at_the_prompt_leaves_cleanly(tmp_path: Path) -> None:
     child.close()
     assert child.exitstatus == 0, child.before
     assert "Traceback" not in (child.before or "")
+
+
+def test_ctrl_c_during_a_reply_stops_it_and_the_chat_goes_on(tmp_path: Path) -> None:
+    # covers S7 in the terminal chat: Ctrl-C during a reply is /kill, the text stays
+    hanging = sse(_chunk("Once upon a time")) + b":@hang\n"
+    with model_server(hanging) as url:
+        child = _spawn(tmp_path, url)
+        child.expect_exact("you> ")
+        child.sendline("tell me a story")
+        child.expect_exact("bot> Once upon a time")
+        child.sendintr()
+        child.expect_exact("  = stopped_by_user")
+        child.expect_exact("you> ")
+        child.sendintr()
+        child.expect(pexpect.EOF)
+        child.close()
+    assert child.exitstatus == 0 and "Traceback" not in (child.before or "")
 
 
 def test_transition_lines_never_share_a_line_with_the_reply(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 import aiohttp
@@ -166,26 +166,54 @@ class LineReader:
         return await self._lines.get()
 
 
-async def _prompt(reader: LineReader, screen: Screen) -> str | None:
-    """The next line; None on Ctrl-D or Ctrl-C."""
-    screen.end_line()
-    screen.out.write(PROMPT)
-    screen.out.flush()
-    loop = asyncio.get_running_loop()
-    line = asyncio.ensure_future(reader.read())
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGINT, line.cancel)
-    try:
-        return await line
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise
-        screen.out.write("\n")
-        return None
-    finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
+class CtrlC:
+    """One SIGINT handler for the whole chat, doing what Ctrl-C means at the moment: leave
+    at the prompt, stop the reply during a turn, nothing in between. (Swapping handlers
+    would leave moments where Ctrl-C is Python's KeyboardInterrupt.)"""
+
+    def __init__(self) -> None:
+        self.action: Callable[[], object] = lambda: None
+
+    def fire(self) -> None:
+        self.action()
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[CtrlC]:
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGINT, self.fire)
+        except (NotImplementedError, RuntimeError):
+            yield self
+            return
+        try:
+            yield self
+        finally:
             loop.remove_signal_handler(signal.SIGINT)
+
+    @contextlib.contextmanager
+    def meaning(self, action: Callable[[], object]) -> Iterator[None]:
+        self.action = action
+        try:
+            yield
+        finally:
+            self.action = lambda: None
+
+
+async def _prompt(reader: LineReader, screen: Screen, ctrl_c: CtrlC) -> str | None:
+    """The next line; None on Ctrl-D or Ctrl-C."""
+    line = asyncio.ensure_future(reader.read())
+    with ctrl_c.meaning(line.cancel):
+        screen.end_line()
+        screen.out.write(PROMPT)
+        screen.out.flush()
+        try:
+            return await line
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            screen.out.write("\n")
+            return None
 
 
 def failure_line(result: GenerationResult, attempts: Sequence[Attempt]) -> str | None:
@@ -210,11 +238,12 @@ def failure_line(result: GenerationResult, attempts: Sequence[Attempt]) -> str |
 async def chat(settings: AppSettings, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
                input_fd: int | None = None) -> int:
     screen = Screen(out, err)
-    with log_lines_apart(screen):
-        return await _chat(settings, screen, input_fd)
+    with log_lines_apart(screen), CtrlC().installed() as ctrl_c:
+        return await _chat(settings, screen, input_fd, ctrl_c)
 
 
-async def _chat(settings: AppSettings, screen: Screen, input_fd: int | None) -> int:
+async def _chat(settings: AppSettings, screen: Screen, input_fd: int | None,
+                ctrl_c: CtrlC) -> int:
     locks = ChannelLockRegistry(stale_age_s=settings.engine.stale_lock_age_s)
     history: list[dict[str, Any]] = []
     channel = TerminalChannel(screen)
@@ -223,7 +252,6 @@ async def _chat(settings: AppSettings, screen: Screen, input_fd: int | None) -> 
     persona = Persona(settings.system_prompt, settings.system_prompt_file)
     reader = LineReader(input_fd if input_fd is not None else sys.stdin.fileno())
     tools = ToolRegistry([])
-    loop = asyncio.get_running_loop()
     models = ", ".join(f"{c.kind}:{c.model}" for c in settings.attempts())
     screen.status(f"Chatting with {models}. Ctrl-C stops a reply; Ctrl-C, Ctrl-D or /quit "
                   "leaves.")
@@ -232,7 +260,7 @@ async def _chat(settings: AppSettings, screen: Screen, input_fd: int | None) -> 
                     for config in settings.attempts()]
         number = 0
         while True:
-            line = await _prompt(reader, screen)
+            line = await _prompt(reader, screen, ctrl_c)
             if line is None or line.strip() == "/quit":
                 return 0
             if not line.strip():
@@ -253,18 +281,15 @@ async def _chat(settings: AppSettings, screen: Screen, input_fd: int | None) -> 
 
             lock = locks.try_acquire(CHANNEL, owner=f"terminal-{number}")
             assert lock is not None
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signal.SIGINT, locks.request_stop, CHANNEL)
             try:
-                result = await run_generation_turn(
-                    attempts, channel=channel, locks=locks, lock=lock,
-                    request=TurnRequest(context_items=items,
-                                        system_prompt=persona.system_prompt()),
-                    config=settings.engine, tools=tools, observer=observer,
-                    on_attempt=on_attempt)
+                with ctrl_c.meaning(lambda: locks.request_stop(CHANNEL)):
+                    result = await run_generation_turn(
+                        attempts, channel=channel, locks=locks, lock=lock,
+                        request=TurnRequest(context_items=items,
+                                            system_prompt=persona.system_prompt()),
+                        config=settings.engine, tools=tools, observer=observer,
+                        on_attempt=on_attempt)
             finally:
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.remove_signal_handler(signal.SIGINT)
                 locks.release(lock)
                 for turn, recorder in recorded:
                     journals.write_turn(f"terminal-{number}-{turn.turn_id}", turn, recorder)
