@@ -4,7 +4,9 @@
 - `splitting`: the pure reply splitter behind it (D1)
 - `typing_indicator`: the turn's typing indicator, one owner (refresh every ~8 s)
 - `admission`: whether a message addresses the bot
-- `history`: recent messages as dialogue context items
+- `history`: the history policy (recent messages or reply chains, within a budget, never
+  the messages queued behind the turn) and its dialogue context items
+- `attachments`: uploads for the model (images for vision models, text files inlined)
 - `channel_queue`: one turn per channel, bounded FIFO queue (D4)
 - `stale_sweeper`: periodic release of abandoned channel locks (S6)
 - `kill_command`: the /kill slash command (D3)
