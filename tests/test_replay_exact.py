@@ -251,3 +251,28 @@ def test_a_restart_from_a_shared_stash_replays_exactly() -> None:
     assert outcome["data"]["pending_context_key"] == "$stash:item1"
     assert "<avatar of ana>" in json.dumps(document["stash"]["item1"])
     assert replay_difference(document, "live restart") is None
+
+
+def test_a_kill_before_the_turn_began_replays() -> None:
+    # covers S16 (a kill in Preparing) with the journal rule: a /kill while the bot read the
+    # channel's history reaches the turn through the lock; the journal says so
+    from fsm.scenarios.scripted import ScriptedProvider
+
+    async def record() -> dict[str, Any]:
+        locks = ChannelLockRegistry()
+        lock = locks.try_acquire("c", "live")
+        assert lock is not None
+        locks.request_stop("c")  # before the turn runs, as during the history read
+        registry = ToolRegistry()
+        turn = Turn(provider=ScriptedProvider([]), channel=InMemoryChannel(), locks=locks,
+                    lock=lock, tools=registry)
+        recorder = JournalRecorder(turn.turn_id, turn.config, registry)
+        turn.recorder = recorder
+        result = await turn.run()
+        locks.release(lock)
+        return journal_document(recorder.scenario(), turn.transitions, result.as_dict())
+
+    document = _round_trip(asyncio.run(record()))
+    assert document["events"] == [{"at": 0.0, "kill": True, "before_start": True}]
+    assert [t["event"] for t in document["journal"]] == ["kill"]
+    assert replay_difference(document, "killed before") is None

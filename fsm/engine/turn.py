@@ -272,6 +272,9 @@ class Turn:
             return
         if state == State.PREPARING.value:
             if self.lock.stop_requested:
+                if self.recorder is not None:  # asked for before this turn began
+                    self.recorder.on_event(self._logical - self._t0,
+                                           {"kill": True, "before_start": True})
                 await self._fire("kill", ev.Kill("stop requested on the channel"))
             elif len(self._passes) >= self.config.max_iterations:
                 await self._fire("iteration_cap")

@@ -166,6 +166,9 @@ class ScheduledEvent(_Loose):
     at: float = Field(ge=0)
     kill: bool = False
     follow_up: bool = False
+    before_start: bool = False
+    """On a kill: it was asked for on the channel before the turn began (a /kill while the
+    bot read the history), so the turn meets it in Preparing."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> ScheduledEvent:

@@ -107,7 +107,10 @@ async def play(scenario: Scenario, observer: TurnObserver | None = None) -> Play
             turn.notify_follow_up()
 
     side_tasks = [loop.create_task(stash_later(at, name, body)) for at, name, body in delayed]
-    side_tasks += [loop.create_task(fire_event(e.at, e.kill)) for e in scenario.events]
+    side_tasks += [loop.create_task(fire_event(e.at, e.kill)) for e in scenario.events
+                   if not (e.kill and e.before_start)]
+    if any(e.kill and e.before_start for e in scenario.events):
+        locks.request_stop(CHANNEL_ID)
     try:
         result = await turn.run()
     finally:
