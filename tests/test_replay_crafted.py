@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine_support import OWN_SCENARIOS, ROOT
 
@@ -117,3 +119,38 @@ def test_an_unwritable_output_is_a_one_line_error(tmp_path: Path,
     blocker.write_text("x")
     proc = _fsm("diagram", "--journal", str(path), "--out", str(blocker / "sub" / "drawn"))
     _one_line_error(proc)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**40, 10**40)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.sampled_from(["t", "at", "event", "from", "to", "journal", "result",
+                                       "passes", "text", "name", "status", "tools", "events",
+                                       "x"]), children, max_size=5),
+    max_leaves=20)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=JSON)
+def test_any_json_is_read_or_refused_in_one_line(tmp_path_factory: pytest.TempPathFactory,
+                                                 data: Any) -> None:
+    # covers the bad-input rule for journals, fuzzed: reading, summarising and replaying a
+    # document of any shape is a result or a ScenarioError, never another exception
+    from fsm.review.inspect import parse_journal, summarize
+    from fsm.review.replay import replay_difference
+    from fsm.scenarios.format import ScenarioError, read_journal
+
+    path = tmp_path_factory.mktemp("fuzz") / "j.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    try:
+        loaded = read_journal(path)
+    except ScenarioError as exc:
+        assert "\n" not in str(exc)
+        return
+    for step in (lambda: summarize(parse_journal(loaded, "fuzz")),
+                 lambda: replay_difference(loaded, "fuzz")):
+        try:
+            step()
+        except ScenarioError as exc:
+            assert "\n" not in str(exc)
