@@ -245,26 +245,27 @@ class TurnBot:
         items = dialogue_items(picked, bot_user_id=self.bot_id,
                                limit=self.history.max_messages,
                                max_chars=self.history.max_message_chars)
-        by_id = {str(m.id): m for m in picked}
-        if self.attachments is not None:
-            for item in items:
-                source = by_id.get(item["message_id"])
-                texts = [(a.filename, await self.attachments.text_of(a))
-                         for a in (source.attachments if source is not None else ())]
-                for name, text in texts:
-                    if text is not None:
-                        item["content"] += f"\n<file {name}>\n{text}\n</file>"
+        if self.attachments is None:
+            return within_budget(items, self.history.max_chars, keep_id=str(message.id))
+        # Uploads are read for the message answered and the ones it replies to only: a
+        # download per file of the whole history on every turn would not scale.
+        shown = [message, *_referenced_in(message, picked)]
+        parent = message.reference.resolved if message.reference is not None else None
+        if isinstance(parent, discord.Message) and all(m.id != parent.id for m in shown):
+            shown.insert(1, parent)  # replied to from beyond the history window
+        by_id = {str(m.id): m for m in shown}
+        for item in items:
+            source = by_id.get(item["message_id"])
+            for attachment in source.attachments if source is not None else ():
+                text = await self.attachments.text_of(attachment)
+                if text is not None:
+                    item["content"] += f"\n<file {attachment.filename}>\n{text}\n</file>"
         items = within_budget(items, self.history.max_chars, keep_id=str(message.id))
-        if self.attachments is not None:
-            kept = {item["message_id"] for item in items}
-            shown = [message, *(m for m in _referenced_in(message, picked)
-                                if str(m.id) in kept)]
-            parent = message.reference.resolved if message.reference is not None else None
-            if isinstance(parent, discord.Message) and all(m.id != parent.id for m in shown):
-                shown.insert(1, parent)  # replied to from beyond the history window
-            image_item = await self.attachments.image_item(shown)
-            if image_item is not None:
-                items.append(image_item)
+        kept = {item["message_id"] for item in items}
+        image_item = await self.attachments.image_item(
+            m for m in shown if m is message or m is parent or str(m.id) in kept)
+        if image_item is not None:
+            items.append(image_item)
         return items
 
     def _excluded(self, trigger: discord.Message) -> Callable[[discord.Message], bool]:
