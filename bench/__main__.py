@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import concurrency, growth, over_http, peers, per_chunk, per_turn
+from . import concurrency, full_bot, growth, over_http, peers, per_chunk, per_turn
 from .common import Section, machine_info
 from .report import render
 
@@ -24,6 +24,7 @@ FULL: dict[str, dict[str, Any]] = {
     "concurrency": {"turns": 10_000, "sample": 1_000, "repeats": 3},
     "over_http": {"chunks": 20_000, "repeats": 5},
     "growth": {"sizes": growth.SIZES, "repeats": 3, "min_turns": 2000, "repeats_large": 1},
+    "full_bot": {"sizes": full_bot.SIZES, "profile_largest": True},
 }
 QUICK: dict[str, dict[str, Any]] = {
     "per_chunk": {"chunks": 5_000, "repeats": 2},
@@ -32,6 +33,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "concurrency": {"turns": 500, "sample": 50, "repeats": 1},
     "over_http": {"chunks": 2_000, "repeats": 2},
     "growth": {"sizes": (1, 10, 100), "repeats": 1, "min_turns": 100},
+    "full_bot": {"sizes": full_bot.QUICK_SIZES, "profile_largest": False},
 }
 RUNNERS: dict[str, Callable[..., Section]] = {
     "per_chunk": per_chunk.measure,
@@ -40,6 +42,7 @@ RUNNERS: dict[str, Callable[..., Section]] = {
     "concurrency": concurrency.measure,
     "over_http": over_http.measure,
     "growth": growth.measure,
+    "full_bot": full_bot.measure,
 }
 
 
@@ -49,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help=f"comma-separated subset of {list(RUNNERS)}")
     parser.add_argument("--json", type=Path, help="also write every figure and detail here")
     parser.add_argument("--markdown", type=Path, help="also write the Markdown report here")
+    parser.add_argument("--full-bot-sizes", default="",
+                        help="comma-separated channel counts for full_bot (default "
+                             f"{','.join(map(str, full_bot.SIZES))})")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     keys = [k.strip() for k in args.only.split(",") if k.strip()] or list(RUNNERS)
@@ -64,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     for key in keys:
         t0 = time.perf_counter()
         kwargs = dict(sizes[key])
+        if key == "full_bot" and args.full_bot_sizes:
+            kwargs["sizes"] = tuple(int(n) for n in args.full_bot_sizes.split(","))
         if key == "growth" and known:
             kwargs["known"] = known
         print(f"[bench] {key} …", file=sys.stderr, flush=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .common import Section, fmt
+from .full_bot import table as full_bot_table
 from .growth import table as growth_table
 from .profiling import format_profile
 
@@ -45,7 +46,7 @@ def details(section: Section) -> list[str]:
                          f"{v['gc_pct']:.1f} % |")
         lines.append("")
     if "profile" in d:
-        unit = "turn" if section.key == "per_turn" else "chunk"
+        unit = "turn" if section.key in ("per_turn", "full_bot") else "chunk"
         lines += [*format_profile(d["profile"], unit), ""]
     if section.key == "concurrency" and "traced" in d:
         lines += ["Where a parked turn's memory is (tracemalloc, by file of allocation):", "",
@@ -59,6 +60,8 @@ def details(section: Section) -> list[str]:
                       + ", ".join(f"{k} {v:.0f}" for k, v in kinds.items()), ""]
     if section.key == "growth":
         lines += [*growth_table(section), ""]
+    if section.key == "full_bot":
+        lines += [*full_bot_table(section), ""]
     return lines
 
 

@@ -151,6 +151,20 @@ class Fault:
 
 
 @dataclass(frozen=True, slots=True)
+class RateLimitWait:
+    """A request admitted in the window after an exhausted one: `floor` is when the
+    window reopened, so `admitted_at - floor` is how late the client came back."""
+
+    bucket: str
+    floor: float
+    admitted_at: float
+
+    @property
+    def lag_s(self) -> float:
+        return self.admitted_at - self.floor
+
+
+@dataclass(frozen=True, slots=True)
 class CdnFile:
     """A file the emulated CDN serves (avatars, attachments, GIFs)."""
 
@@ -202,6 +216,8 @@ class DiscordEmulator:
         self._interaction_channels: dict[str, int] = {}
         self._faults: dict[str, deque[Fault]] = defaultdict(deque)
         self._buckets: _Buckets | None = None
+        self.rate_limit_waits: list[RateLimitWait] = []
+        """Requests that waited out an exhausted bucket (`enable_buckets`), in order."""
         self._last_id = 0
         self._t0: float | None = None
         self._changed: asyncio.Condition | None = None
@@ -495,7 +511,9 @@ class DiscordEmulator:
         self._add_routes(app)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        # A bot opening hundreds of connections at once must not overflow the accept queue
+        # (a dropped SYN costs a second of retransmission).
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=4096)
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.base_url = f"http://{host}:{port}{API_PREFIX}"
@@ -677,6 +695,9 @@ class DiscordEmulator:
         bucket = buckets.state.setdefault(key, _Bucket(buckets.limit, buckets.window_s))
         now = self._now()
         if now >= bucket.started_at + bucket.window_s:
+            if bucket.used >= bucket.limit:  # this request waited for the window to reopen
+                floor = bucket.started_at + bucket.window_s
+                self.rate_limit_waits.append(RateLimitWait(key, floor, now))
             bucket.started_at, bucket.used = now, 0
         # Rounded up to the millisecond, so a client that waits it out finds a fresh window.
         reset_after = math.ceil((bucket.started_at + bucket.window_s - now) * 1000) / 1000

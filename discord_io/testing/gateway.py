@@ -448,8 +448,7 @@ class Gateway:
         return int(guild) if guild is not None else None
 
     def _member(self, user_id: int, *, with_user: bool) -> JsonDict:
-        member: JsonDict = {"roles": [], "joined_at": self._emu.timestamp_of(user_id),
-                            "deaf": False, "mute": False, "flags": 0}
+        member = self._emu.member_payload(user_id)  # with the roles given in `member_roles`
         if with_user:
             member["user"] = self._emu.users[user_id]
         return member
@@ -462,11 +461,13 @@ class Gateway:
         everyone = {"id": str(guild_id), "name": "@everyone", "permissions": str(_EVERYONE),
                     "position": 0, "color": 0, "hoist": False, "managed": False,
                     "mentionable": False, "flags": 0}
+        roles = [everyone, *self._emu.roles.values()] if guild_id == self._emu.guild_id else [
+            everyone]
         return {
             "id": str(guild_id), "name": guild["name"], "icon": None, "owner_id":
             str(self._emu.alice_id), "unavailable": False, "member_count": len(members),
             "large": False, "joined_at": self._emu.timestamp_of(guild_id),
-            "roles": [everyone], "emojis": [], "stickers": [], "features": [],
+            "roles": roles, "emojis": [], "stickers": [], "features": [],
             "channels": channels, "threads": [], "members": members, "voice_states": [],
             "presences": [], "stage_instances": [], "guild_scheduled_events": [],
             "soundboard_sounds": [], "verification_level": 0,

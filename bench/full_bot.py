@@ -1,0 +1,381 @@
+"""Item 7: the whole bot, measured. The real bot process (`full_bot_process`: the production
+`serve()` with `build_client()`, pinned to one core) runs against the emulated Discord —
+REST with Discord's per-channel send buckets (5 per 5 s), and the gateway with two shards —
+and a paced loopback model (`paced_provider`), both in this driver process on another core.
+N channels each get one mention at once and stream a long reply; every tenth channel gets
+`/kill` (an INTERACTION_CREATE) a second after its first message.
+
+Per N it reports: mention to first message sent (p50/p99), how late each send that waited
+out an exhausted bucket came after the bucket reopened (p99: the lag behind the rate-limit
+floor), `/kill` to the turn ending Stopped in the bot process (p99, one monotonic clock),
+the bot's CPU per turn and share of its core, its memory per active channel (peak RSS over
+the RSS after READY), and whether every reply arrived whole. Optionally the largest N again
+under cProfile: where the bot's time goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from discord_io.testing.emulator import SEND_MESSAGE, DiscordEmulator
+
+from .common import ROOT, Section, percentile, run_async
+from .paced_provider import PacedProvider
+
+SIZES = (10, 100, 300, 1000)
+QUICK_SIZES = (5, 20)
+GOAL_CHANNELS = 1000
+GOAL_LAG_P99_MS = 50.0
+GOAL_KILL_P99_MS = 5.0
+PARAGRAPH_CHARS = 900
+PARAGRAPHS = 14  # about 7 messages of up to 2,000 characters: past the 5-per-5-s bucket
+CHUNK_CHARS = 300
+CHUNK_INTERVAL_S = 0.05
+KILL_EVERY = 10
+KILL_AFTER_FIRST_SEND_S = 1.0
+READY_TIMEOUT_S = 120.0
+QUIET_S = 20.0
+RUN_TIMEOUT_S = 300.0
+
+
+def reply_text() -> str:
+    words = ["lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit",
+             "sed", "do"]
+    paragraphs = []
+    for p in range(PARAGRAPHS):
+        body = " ".join(words[(p + i) % len(words)] for i in range(PARAGRAPH_CHARS // 6))
+        paragraphs.append(f"{p} {body}"[:PARAGRAPH_CHARS])
+    return "\n\n".join(paragraphs)
+
+
+def _visible(text: str) -> int:
+    """Characters other than whitespace (the splitter trims whitespace at its cuts)."""
+    return len("".join(text.split()))
+
+
+def _proc_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def _proc_waiting_s(pid: int) -> float:
+    """How long the process's main thread (the bot's event loop) has been runnable but
+    waiting for a CPU (`/proc/PID/schedstat`): the share of latency other processes cause."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+
+
+def _load() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def _proc_rss(pid: int) -> int:
+    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def _cores() -> tuple[int | None, int | None]:
+    """(the bot's core, the driver's core): two different ones when there are two."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None, None
+    return cores[0], cores[1]
+
+
+@dataclass
+class Run:
+    """What one N measured (seconds unless named otherwise)."""
+
+    channels: int
+    first_send: list[float] = field(default_factory=list)
+    lags: list[float] = field(default_factory=list)
+    kill_to_stopped: list[float] = field(default_factory=list)
+    kill_to_answer: list[float] = field(default_factory=list)
+    kill_at: dict[int, float] = field(default_factory=dict)
+    bot_cpu_s: float = 0.0
+    bot_waiting_s: float = 0.0
+    load: tuple[float, float] = (0.0, 0.0)
+    active_s: float = 0.0
+    driver_cpu_s: float = 0.0
+    rss_ready: int = 0
+    rss_peak: int = 0
+    complete: int = 0
+    expected_complete: int = 0
+    stopped: int = 0
+    sends: int = 0
+    rate_limited: int = 0
+    provider_requests: int = 0
+    profile: dict[str, Any] | None = None
+
+    def summary(self) -> dict[str, Any]:
+        n = self.channels
+        return {
+            "channels": n,
+            "first_send_p50_ms": 1000 * percentile(self.first_send, 50),
+            "first_send_p99_ms": 1000 * percentile(self.first_send, 99),
+            "lag_p99_ms": 1000 * percentile(self.lags, 99),
+            "lag_samples": len(self.lags),
+            "kill_p99_ms": 1000 * percentile(self.kill_to_stopped, 99),
+            "kill_answer_p99_ms": 1000 * percentile(self.kill_to_answer, 99),
+            "kills": len(self.kill_to_stopped),
+            "cpu_ms_per_turn": 1000 * self.bot_cpu_s / n,
+            "bot_core_pct": 100 * self.bot_cpu_s / self.active_s if self.active_s else 0.0,
+            "bot_waiting_pct": (100 * self.bot_waiting_s / self.active_s if self.active_s
+                                else 0.0),
+            "load_before": self.load[0], "load_after": self.load[1],
+            "driver_core_pct": 100 * self.driver_cpu_s / self.active_s if self.active_s else 0.0,
+            "kib_per_channel": (self.rss_peak - self.rss_ready) / 1024 / n,
+            "complete": self.complete, "expected_complete": self.expected_complete,
+            "stopped": self.stopped, "sends": self.sends, "rate_limited": self.rate_limited,
+            "active_s": self.active_s,
+        }
+
+
+class Monitor:
+    """Follows the emulator's requests as they arrive (incrementally: the request list gets
+    long) and dispatches each kill a second after its channel's first message."""
+
+    def __init__(self, emu: DiscordEmulator, channels: list[int], text: str,
+                 mention_at: dict[int, float], kill: set[int]) -> None:
+        self.emu = emu
+        self.expected = _visible(text)
+        self.mention_at = mention_at
+        self.kill = kill
+        self.first_send: dict[int, float] = {}
+        self.delivered = dict.fromkeys(channels, 0)
+        self.kill_at: dict[int, float] = {}
+        self.answered_at: dict[int, float] = {}
+        self._interactions: dict[str, int] = {}
+        self.last_send = time.monotonic()
+        self._seen = 0
+        self._kills: list[asyncio.Task[None]] = []
+
+    def complete(self) -> int:
+        return sum(1 for c, n in self.delivered.items() if n >= self.expected
+                   and c not in self.kill)
+
+    async def follow(self, until_complete: int, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            self._scan()
+            done = (self.complete() >= until_complete
+                    and len(self.answered_at) == len(self.kill))
+            if done or (self.first_send and time.monotonic() - self.last_send > QUIET_S):
+                break
+            await asyncio.sleep(0.02)
+        for task in self._kills:
+            task.cancel()
+
+    def _scan(self) -> None:
+        requests = self.emu.requests
+        while self._seen < len(requests):
+            r = requests[self._seen]
+            if not r.status:
+                break  # not answered yet: look again later
+            self._seen += 1
+            if r.route == SEND_MESSAGE and r.status == 200 and isinstance(r.json, dict):
+                channel = int(r.params["channel_id"])
+                self.last_send = r.at
+                self.delivered[channel] += _visible(str(r.json.get("content", "")))
+                if channel not in self.first_send:
+                    self.first_send[channel] = r.at
+                    if channel in self.kill:
+                        self._kills.append(asyncio.create_task(self._kill_later(channel)))
+            elif r.route.endswith("/callback"):
+                killed = self._interactions.get(r.params["interaction_id"])
+                if killed is not None:
+                    self.answered_at[killed] = r.at
+
+    async def _kill_later(self, channel: int) -> None:
+        await asyncio.sleep(KILL_AFTER_FIRST_SEND_S)
+        self.kill_at[channel] = time.monotonic()
+        payload = await self.emu.gateway.interaction("kill", channel_id=channel)
+        self._interactions[payload["id"]] = channel
+
+
+async def _one_run(channels: int, *, profile: bool = False) -> Run:
+    text = reply_text()
+    emu = DiscordEmulator(validate=False)
+    emu.gateway.shards = 2
+    second = emu.add_guild("second guild")
+    emu.add_member(second, emu.alice_id)
+    ids = [emu.add_text_channel(f"c{i}", guild_id=emu.guild_id if i % 2 else second)
+           for i in range(channels)]
+    emu.enable_buckets(5, 5.0)
+    provider = PacedProvider(text, CHUNK_CHARS, CHUNK_INTERVAL_S)
+    await emu.start()
+    provider_url = await provider.start()
+    bot_core, driver_core = _cores()
+    if driver_core is not None:
+        os.sched_setaffinity(0, {driver_core})
+    run = Run(channels)
+    with tempfile.TemporaryDirectory(prefix="full-bot-") as tmp:
+        out = Path(tmp) / "bot.json"
+        config = {"rest_base": emu.base_url, "cdn_base": emu.cdn_base,
+                  "gateway_url": emu.gateway.url, "provider_url": provider_url,
+                  "token": emu.token, "journal_dir": str(Path(tmp) / "journals"),
+                  "out": str(out), "core": bot_core, "profile": profile, "turns": channels}
+        config_path = Path(tmp) / "config.json"
+        config_path.write_text(json.dumps(config))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.full_bot_process", str(config_path), cwd=ROOT,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            await _measure(emu, proc, ids, text, run)
+        finally:
+            if proc.returncode is None:
+                proc.terminate()
+            _, stderr = await proc.communicate()
+            await emu.stop(check=False)
+            await provider.stop()
+            if driver_core is not None:
+                os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+        if not out.exists():
+            raise RuntimeError(f"the bot process wrote no result:\n{stderr.decode()[-3000:]}")
+        result = json.loads(out.read_text())
+    run.provider_requests = len(provider.arrivals)
+    _finish(run, result, emu)
+    return run
+
+
+async def _measure(emu: DiscordEmulator, proc: asyncio.subprocess.Process, ids: list[int],
+                   text: str, run: Run) -> None:
+    gateway = emu.gateway
+
+    def ready() -> bool:
+        sessions = [s for s in gateway.sessions.values() if s.connection is not None]
+        return len(sessions) == 2 and any(c.get("name") == "kill"
+                                          for c in emu.commands.get(None, []))
+
+    await gateway.wait_for(ready, timeout=READY_TIMEOUT_S)
+    await asyncio.sleep(3.0)  # discord.py waits out guild_ready_timeout before it is ready
+    assert proc.pid is not None
+    run.rss_ready = _proc_rss(proc.pid)
+    cpu0, driver0, t0 = _proc_cpu_s(proc.pid), time.process_time(), time.monotonic()
+    waiting0, load0 = _proc_waiting_s(proc.pid), _load()
+    kill = set(ids[::KILL_EVERY])
+    mention_at: dict[int, float] = {}
+    monitor = Monitor(emu, ids, text, mention_at, kill)
+    peak = [run.rss_ready]
+
+    async def sample_rss() -> None:
+        while True:
+            peak[0] = max(peak[0], _proc_rss(proc.pid))
+            await asyncio.sleep(0.1)
+
+    sampler = asyncio.create_task(sample_rss())
+    for channel in ids:
+        mention_at[channel] = time.monotonic()
+        await gateway.message_create(channel, emu.alice_id, f"<@{emu.bot_id}> tell me a story",
+                                     mentions=[emu.bot_id])
+    await monitor.follow(len(ids) - len(kill), time.monotonic() + RUN_TIMEOUT_S)
+    sampler.cancel()
+    run.active_s = time.monotonic() - t0
+    run.bot_cpu_s = _proc_cpu_s(proc.pid) - cpu0
+    run.bot_waiting_s = _proc_waiting_s(proc.pid) - waiting0
+    run.load = (load0, _load())
+    run.driver_cpu_s = time.process_time() - driver0
+    run.rss_peak = peak[0]
+    run.first_send = [monitor.first_send[c] - mention_at[c] for c in monitor.first_send]
+    run.complete = monitor.complete()
+    run.expected_complete = len(ids) - len(kill)
+    run.kill_to_answer = [monitor.answered_at[c] - monitor.kill_at[c]
+                          for c in monitor.answered_at if c in monitor.kill_at]
+    run.kill_at = monitor.kill_at
+    proc.terminate()
+    await proc.wait()
+
+
+def _finish(run: Run, result: dict[str, Any], emu: DiscordEmulator) -> None:
+    kill_at = run.kill_at
+    stopped = {int(e["channel"]): e["at"] for e in result["ends"]
+               if e["status"] == "stopped_by_user"}
+    run.stopped = len(stopped)
+    run.kill_to_stopped = [stopped[c] - kill_at[c] for c in stopped if c in kill_at]
+    run.lags = send_lags(result["send_calls"], emu)
+    run.sends = len(emu.requests_to(SEND_MESSAGE, status=200))
+    run.rate_limited = len(emu.requests_to(SEND_MESSAGE, status=429))
+    run.profile = result.get("profile")
+
+
+def send_lags(calls: list[tuple[str, float]], emu: DiscordEmulator) -> list[float]:
+    """Each send's lag behind its floor: the later of when the bot asked for it and when the
+    emulator's bucket allowed it (the channel's sends go out one at a time, in order, so the
+    k-th call is the k-th admission)."""
+    reopened = {(w.bucket.rsplit(":", 1)[1], w.admitted_at): w.floor
+                for w in emu.rate_limit_waits}
+    asked: dict[str, list[float]] = {}
+    for channel, at in calls:
+        asked.setdefault(channel, []).append(at)
+    lags = []
+    for channel, times in asked.items():
+        admitted = [r.at for r in emu.requests_to(SEND_MESSAGE, status=200)
+                    if r.params["channel_id"] == channel]
+        for call_at, admitted_at in zip(times, admitted, strict=False):
+            floor = max(call_at, reopened.get((channel, admitted_at), call_at))
+            lags.append(admitted_at - floor)
+    return lags
+
+
+def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True) -> Section:
+    section = Section("full_bot", "7. The whole bot through the gateway (N channels "
+                                  "streaming at once)")
+    runs = [run_async(partial(_one_run, n)) for n in sizes]
+    section.details["runs"] = [r.summary() for r in runs]
+    largest = runs[-1].summary()
+    n = largest["channels"]
+    section.add(f"mention → first message p50 (N={n})", largest["first_send_p50_ms"], "ms",
+                note=_floor_note())
+    section.add(f"mention → first message p99 (N={n})", largest["first_send_p99_ms"], "ms")
+    section.add(f"send lag behind the rate-limit floor p99 (N={n})", largest["lag_p99_ms"],
+                "ms", goal=f"≤ {GOAL_LAG_P99_MS:.0f} ms at N={GOAL_CHANNELS}",
+                met=n >= GOAL_CHANNELS and largest["lag_p99_ms"] <= GOAL_LAG_P99_MS)
+    section.add(f"/kill → turn Stopped p99 (N={n})", largest["kill_p99_ms"], "ms",
+                goal=f"≤ {GOAL_KILL_P99_MS:.0f} ms at N={GOAL_CHANNELS}",
+                met=n >= GOAL_CHANNELS and largest["kill_p99_ms"] <= GOAL_KILL_P99_MS)
+    section.add(f"bot CPU per turn (N={n})", largest["cpu_ms_per_turn"], "ms")
+    section.add(f"bot memory per active channel (N={n})", largest["kib_per_channel"], "KiB")
+    section.add(f"replies complete (N={n})", largest["complete"], "turns",
+                goal=f"all {largest['expected_complete']}",
+                met=largest["complete"] == largest["expected_complete"])
+    missed = not all(f.met for f in section.figures if f.met is not None)
+    if profile_largest and missed:
+        profiled = run_async(partial(_one_run, n, profile=True))
+        section.details["profile"] = profiled.profile
+        section.details["profiled_run"] = profiled.summary()
+    return section
+
+
+def _floor_note() -> str:
+    chunks_per_message = 2000 // CHUNK_CHARS
+    floor_ms = 1000 * CHUNK_INTERVAL_S * chunks_per_message
+    return (f"the model needs ≈{floor_ms:.0f} ms to stream a message's worth "
+            f"({CHUNK_CHARS} chars every {1000 * CHUNK_INTERVAL_S:.0f} ms)")
+
+
+def table(section: Section) -> list[str]:
+    lines = ["| N | first msg p50 | p99 | lag p99 (samples) | /kill→Stopped p99 | "
+             "/kill→answer p99 | CPU/turn | bot running | bot waiting for a CPU | driver "
+             "core | KiB/channel | complete | sends | 429s | run | load avg |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+             "---: | ---: | ---: | ---: | ---: |"]
+    for r in section.details.get("runs", []):
+        lines.append(
+            f"| {r['channels']:,} | {r['first_send_p50_ms']:.0f} ms | "
+            f"{r['first_send_p99_ms']:.0f} ms | {r['lag_p99_ms']:.1f} ms ({r['lag_samples']}) "
+            f"| {r['kill_p99_ms']:.1f} ms | {r['kill_answer_p99_ms']:.1f} ms | "
+            f"{r['cpu_ms_per_turn']:.1f} ms | {r['bot_core_pct']:.0f} % | "
+            f"{r['bot_waiting_pct']:.0f} % | "
+            f"{r['driver_core_pct']:.0f} % | {r['kib_per_channel']:.0f} | "
+            f"{r['complete']}/{r['expected_complete']} | {r['sends']:,} | {r['rate_limited']} "
+            f"| {r['active_s']:.0f} s | {r['load_before']:.1f}–{r['load_after']:.1f} |")
+    return lines

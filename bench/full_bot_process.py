@@ -1,0 +1,100 @@
+"""The bot process of the full-bot benchmark: `turn_engine.bot.serve` — the production
+wiring (`build_client()`, an AutoShardedClient; the OpenAI adapter over aiohttp; journals on
+disk) — pointed at the emulated Discord and the paced model of the driver, pinned to one
+core, until SIGTERM. It records when each turn ended and how (`run_generation_turn` wrapped)
+and when it asked discord.py for each message send, and writes that, with its CPU time and
+optionally a CPU-time cProfile, as JSON.
+
+`python -m bench.full_bot_process CONFIG_JSON` (written by `bench.full_bot`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import discord
+import yarl
+from pydantic import SecretStr
+
+from providers import ProviderConfig
+from turn_engine import bot as bot_module
+from turn_engine.settings import AppSettings, JournalSettings
+
+from .profiling import profile_async
+
+
+def _point_discord_py(config: dict[str, Any]) -> None:
+    discord.http.Route.BASE = config["rest_base"]
+    discord.Asset.BASE = config["cdn_base"]
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(config["gateway_url"])
+
+
+def _record_turn_ends(ends: list[dict[str, Any]]) -> None:
+    """Note each generation turn's end (monotonic clock, shared with the driver)."""
+    original = getattr(bot_module, "run_generation_turn")  # noqa: B009 (patched below)
+
+    async def recording(*args: Any, **kwargs: Any) -> Any:
+        result = await original(*args, **kwargs)
+        ends.append({"at": time.monotonic(), "status": result.status,
+                     "channel": str(kwargs["channel"].channel_id)})
+        return result
+
+    setattr(bot_module, "run_generation_turn", recording)  # noqa: B010
+
+
+def _record_send_calls(calls: list[tuple[str, float]]) -> None:
+    """Note when the bot asks discord.py to send a message (before its rate limiter): with
+    the emulator's admission of that send, the lag behind the rate-limit floor."""
+    original = discord.http.HTTPClient.request
+
+    async def recording(self: discord.http.HTTPClient, route: discord.http.Route,
+                        **kwargs: Any) -> Any:
+        if route.method == "POST" and route.path == "/channels/{channel_id}/messages":
+            calls.append((str(route.channel_id), time.monotonic()))
+        return await original(self, route, **kwargs)
+
+    discord.http.HTTPClient.request = recording  # type: ignore[method-assign]
+
+
+def main() -> int:
+    config = json.loads(Path(sys.argv[1]).read_text())
+    if config.get("core") is not None:
+        os.sched_setaffinity(0, {int(config["core"])})
+    logging.basicConfig(level=logging.ERROR)
+    _point_discord_py(config)
+    ends: list[dict[str, Any]] = []
+    calls: list[tuple[str, float]] = []
+    _record_turn_ends(ends)
+    _record_send_calls(calls)
+    settings = AppSettings(
+        discord_token=SecretStr(config["token"]),
+        provider=ProviderConfig(kind="openai", model="bench", base_url=config["provider_url"]),
+        journals=JournalSettings(dir=config["journal_dir"], max_files=None),
+    )
+
+    async def serve() -> int:
+        return await bot_module.serve(settings, client=bot_module.build_client())
+
+    profile: dict[str, Any] | None = None
+    if config.get("profile"):
+        profile = profile_async(serve, per=max(1, int(config["turns"])), top=20,
+                                timer=time.process_time)
+    else:
+        from .common import run_async
+
+        run_async(serve)
+    usage = os.times()
+    Path(config["out"]).write_text(json.dumps({
+        "ends": ends, "send_calls": calls, "cpu_s": usage.user + usage.system,
+        "profile": profile}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
