@@ -17,7 +17,7 @@ from typing import Any
 import discord
 import pytest
 
-from discord_io.testing import DiscordEmulator, connected_discord
+from discord_io.testing import DiscordEmulator, Fault, connected_discord
 from discord_io.testing.gateway import IDENTIFY, RESUME
 from fsm.engine.generation import Attempt
 from fsm.scenarios.format import parse_scenario
@@ -211,3 +211,32 @@ async def test_a_reconnect_mid_stream_loses_no_turn_and_sends_nothing_twice(
         answered = [r.json["message_reference"]["message_id"] for r in h.emu.sent()
                     if "message_reference" in r.json]
         assert answered == [int(p["id"]) for p in h.posted]
+
+
+async def test_a_follow_up_from_the_same_user_interrupts_the_stream(tmp_path: Path) -> None:
+    # covers S17
+    passes = [[{"at": 1, "text": "Thinking about"}, {"at": 50, "end": "completed"}],
+              [{"at": 1, "text": "Answering the new message."}, {"at": 2, "end": "completed"}]]
+    async with bot_on_gateway(passes, tmp_path) as h:
+        await h.mention("question")
+        await asyncio.sleep(3)
+        await h.mention("actually, another question")
+        await h.queued(h.emu.channel_id, count=1)
+        await asyncio.sleep(1)
+        await h.idle()
+        assert [r.status for r in h.bot.results] == ["follow_up_interrupt", "completed"]
+        assert h.sent()[-1] == "Answering the new message."
+
+
+async def test_a_rate_limited_send_is_retried_after_retry_after(tmp_path: Path) -> None:
+    # covers D2 (429 retry_after honoured)
+    passes = [[{"at": 1, "text": "hello"}, {"at": 2, "end": "completed"}]]
+    async with bot_on_gateway(passes, tmp_path) as h:
+        h.emu.inject(SEND, Fault.rate_limited(2.0))
+        await h.mention("hi")
+        await h.queued(h.emu.channel_id)
+        await h.idle()
+        limited, delivered = h.emu.requests_to(SEND)
+        assert (limited.status, delivered.status) == (429, 200)
+        assert delivered.at - limited.at >= 2.0
+        assert [r.status for r in h.bot.results] == ["completed"]
