@@ -11,7 +11,7 @@ import discord
 import pytest
 from discord.http import Route
 
-from discord_io.testing import SpecViolationError, emulated_discord
+from discord_io.testing import SpecViolationError, connected_discord, emulated_discord
 from discord_io.testing.spec_validation import (
     DOCUMENTED_OVERRIDES,
     SpecValidator,
@@ -137,3 +137,18 @@ def test_server_errors_are_not_held_to_the_spec_which_describes_none() -> None:
     assert shared_validator().check_response(
         "POST", "/channels/1/messages", query={}, headers=BOT_AUTH, status=502,
         body=b"<html>bad gateway</html>", content_type="text/html") == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_objects_inside_gateway_events_are_held_to_the_rest_schemas() -> None:
+    # covers D2: the spec describes HTTP only, but a MESSAGE_CREATE carries a message as
+    # REST returns it
+    with pytest.raises(SpecViolationError) as caught:
+        async with connected_discord() as (emu, _client):
+            message = emu.add_message(emu.channel_id, emu.alice_id, "hi")
+            del message["flags"]
+            await emu.gateway.dispatch("MESSAGE_CREATE", message, guild_id=emu.guild_id)
+    [violation] = caught.value.violations
+    assert str(violation) == ("gateway MESSAGE_CREATE event at $: "
+                              "'flags' is a required property")

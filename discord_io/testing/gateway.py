@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
+from .spec_validation import SpecViolation, shared_validator
+
 if TYPE_CHECKING:
     from .emulator import DiscordEmulator
 
@@ -407,6 +409,8 @@ class Gateway:
         await self._send_event(session, "RESUMED", {})
 
     async def _send_event(self, session: Session, name: str, data: JsonDict) -> None:
+        if self._emu.validate:
+            self._emu.spec_violations.extend(_event_violations(name, data))
         session.seq += 1
         session.events.append((session.seq, name, data))
         if session.connection is not None:
@@ -499,6 +503,23 @@ _CLOSE_REASONS = {
     INVALID_SHARD: "Invalid shard.",
     DISALLOWED_INTENTS: "Disallowed intent(s).",
 }
+
+
+def _event_violations(name: str, data: JsonDict) -> list[SpecViolation]:
+    """The objects inside an event, held to the schemas REST returns them with."""
+    validator = shared_validator()
+    where = f"gateway {name}"
+    if name == "MESSAGE_CREATE":
+        return validator.check_object("MessageResponse", data, where=where)
+    if name == "READY":
+        return validator.check_object("UserResponse", data["user"], where=where)
+    if name == "GUILD_CREATE":
+        found = [v for channel in data["channels"]
+                 for v in validator.check_object("GuildChannelResponse", channel, where=where)]
+        return found + [v for member in data["members"]
+                        for v in validator.check_object("UserResponse", member["user"],
+                                                        where=where)]
+    return []
 
 
 def _shard_in(data: Any) -> int | None:

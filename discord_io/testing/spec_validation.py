@@ -20,12 +20,13 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
+from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from openapi_core import Config, OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 
 JsonDict = dict[str, Any]
-Direction = Literal["request", "response"]
+Direction = Literal["request", "response", "event"]
 
 SPEC_PACKAGE = "discord_io.testing.discord_api_spec"
 SPEC_HOST = "https://discord.com"
@@ -47,8 +48,8 @@ class SpecViolation:
     def __str__(self) -> str:
         where = f"{self.method} {self.path}".strip()
         status = f" {self.status}" if self.status is not None else ""
-        return (f"{self.operation} {self.direction}{status} at {self.json_path}: "
-                f"{self.message} ({where})")
+        text = f"{self.operation} {self.direction}{status} at {self.json_path}: {self.message}"
+        return f"{text} ({where})" if where else text
 
 
 class SpecViolationError(AssertionError):
@@ -191,6 +192,8 @@ class SpecValidator:
         # its annotation does not admit it).
         config = Config(spec_validator_cls=None)  # type: ignore[arg-type]
         self._api = OpenAPI.from_dict(spec, config=config)
+        self._components = spec["components"]
+        self._object_validators: dict[str, Draft202012Validator] = {}
         routes = [(template, operations) for template, operations in spec["paths"].items()]
         # Literal segments (`/users/@me`, `/messages/@original`) win over templated ones.
         routes.sort(key=lambda item: item[0].count("{"))
@@ -246,6 +249,18 @@ class SpecValidator:
                                 content_type=content_type or "application/json")
         return [self._violation(error, operation, "response", method, path, status)
                 for error in self._api.iter_response_errors(request, response)]
+
+    def check_object(self, schema: str, data: Any, *, where: str) -> list[SpecViolation]:
+        """Violations of `data` against the component schema `schema` — for the objects a
+        gateway event carries (the spec describes HTTP only, but a MESSAGE_CREATE carries a
+        message, a GUILD_CREATE channels and users, as REST returns them)."""
+        validator = self._object_validators.get(schema)
+        if validator is None:
+            root = {"$ref": f"#/components/schemas/{schema}", "components": self._components}
+            validator = self._object_validators[schema] = Draft202012Validator(root)
+        return [SpecViolation(where, "event", path, message)
+                for error in validator.iter_errors(data)
+                for path, message in _leaves(error)]
 
     @staticmethod
     def _request(method: str, path: str, query: Mapping[str, str],
