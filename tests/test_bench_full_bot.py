@@ -1,0 +1,31 @@
+"""Smoke test of benchmark 7 (`python -m bench --only full_bot`): the real bot process against
+the emulated gateway and REST and the paced model, with two channels. It checks that the
+harness measures what it says — every reply whole, the killed turn Stopped, lags computed
+for the sends that waited out the bucket — and asserts no timing (real time, two processes:
+BENCHMARKS.md is where the figures are judged). Covers D2 and D3 end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from bench import full_bot
+from bench.report import render
+
+
+def test_two_channels_through_the_whole_bot() -> None:
+    # covers D2 (sends within Discord's buckets, nothing refused), D3 (/kill Stopped)
+    section = full_bot.measure(sizes=(2,), profile_largest=False)
+    [run] = section.details["runs"]
+    assert run["channels"] == 2 and run["kills"] == 1 and run["stopped"] == 1
+    assert run["complete"] == run["expected_complete"] == 1
+    assert run["rate_limited"] == 0
+    # the surviving channel's 7 messages and the killed one's first; a lag for every send
+    assert run["sends"] >= 8 and run["lag_samples"] == run["sends"]
+    assert all(math.isfinite(run[k]) for k in ("first_send_p50_ms", "lag_p99_ms",
+                                                "kill_p99_ms", "cpu_ms_per_turn"))
+    json.dumps(section.as_dict(), default=float)
+    assert "| N | first msg p50" in render([section], {"nproc": 1, "cpu": "", "memory_gib": 0,
+                                                      "implementation": "", "python": "",
+                                                      "platform": "", "packages": {}},
+                                          "python -m bench", 0.0)
