@@ -152,3 +152,16 @@ async def test_objects_inside_gateway_events_are_held_to_the_rest_schemas() -> N
     [violation] = caught.value.violations
     assert str(violation) == ("gateway MESSAGE_CREATE event at $: "
                               "'flags' is a required property")
+
+
+def test_rate_limit_headers_are_held_to_the_spec_when_an_answer_has_them() -> None:
+    # covers D2: X-RateLimit-Limit is an integer
+    body = json.dumps({"code": 10003, "message": "Unknown Channel"}).encode()
+    [violation] = shared_validator().check_response(
+        "GET", "/channels/1", query={}, headers=BOT_AUTH, status=404, body=body,
+        content_type="application/json", response_headers={"X-RateLimit-Limit": "many"})
+    assert (violation.operation, violation.direction) == ("get_channel", "response")
+    assert "Failed to cast value to integer type: many" in violation.message
+    assert not shared_validator().check_response(
+        "GET", "/channels/1", query={}, headers=BOT_AUTH, status=404, body=body,
+        content_type="application/json", response_headers={"X-RateLimit-Limit": "5"})

@@ -647,7 +647,8 @@ class DiscordEmulator:
         self.spec_violations.extend(shared_validator().check_response(
             record.method, record.path, query=record.query, headers=record.headers,
             status=response.status, body=body if isinstance(body, bytes) else b"",
-            content_type=response.content_type if body else ""))
+            content_type=response.content_type if body else "",
+            response_headers=dict(response.headers)))
 
     async def _notify(self) -> None:
         assert self._changed is not None
