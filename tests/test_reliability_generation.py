@@ -48,9 +48,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from discord_io.delivery import DiscordChannel
-from fsm.engine.channel import NOTICE_TEXT, Notice, NoticeKind
+from fsm.engine.channel import ERROR_NOTICES, NOTICE_TEXT, Notice, NoticeKind
 from fsm.engine.config import TurnConfig
-from fsm.engine.generation import Attempt, GenerationResult, run_generation_turn
+from fsm.engine.failures import NOTICE_BY_FAILURE
+from fsm.engine.generation import (
+    Attempt,
+    GenerationResult,
+    failure_of,
+    run_generation_turn,
+    should_fall_back,
+)
 from fsm.engine.locks import ChannelLockRegistry
 from fsm.engine.prefill import TurnRequest
 from fsm.engine.provider import AbortSignal, HistoryEntry, PassRequest, ProviderError, ProviderEvent
@@ -713,7 +720,7 @@ def _check_chain(raw: dict[str, Any], run: ChainRun) -> None:
     assert gen.status == final.status and gen.text == final.text
 
     # the notices each attempt's turn posted, and the one the chain may post after them
-    posted = gen.deferred_notice_posted
+    posted = gen.deferred_notice_posted or gen.failure_notice_posted
     for a, result in zip(attempts, results, strict=True):
         extra = [posted] if posted is not None and a.index == n - 1 else []
         assert log.notices(a.index) == result.notices + extra
@@ -772,15 +779,22 @@ def _check_continuation(raw: dict[str, Any], run: ChainRun) -> None:
             f"attempt {a.index} continues from {prefill!r}, the channel received {received!r}"
         )
         for number, pass_request in enumerate(a.provider.requests):
-            assert pass_request.prefill == prefill
             kinds = [item["kind"] for item in pass_request.tail]
             assert kinds == sorted(kinds, key=TAIL_RANK.__getitem__), kinds
-            if prefill:
-                assert pass_request.tail[-1] == {
-                    "kind": "prefill",
-                    "role": "assistant",
-                    "content": prefill,
-                }
+            if pass_request.function_history:
+                # S1: folded into the first tool-call turn, not repeated at the end
+                first = pass_request.function_history[0]
+                assert pass_request.prefill == "" and "prefill" not in kinds
+                if prefill.strip():
+                    assert first.pre_tool_text.startswith(prefill)
+            else:
+                assert pass_request.prefill == prefill
+                if prefill:
+                    assert pass_request.tail[-1] == {
+                        "kind": "prefill",
+                        "role": "assistant",
+                        "content": prefill,
+                    }
             if number == 0:
                 # what earlier attempts completed, replayed and named; no injected media
                 assert pass_request.context_items == BASE_CONTEXT
@@ -830,33 +844,38 @@ def _check_delivery(run: ChainRun, discord_kind: bool) -> None:
 
 
 def _check_notices(cfg: TurnConfig, run: ChainRun, scripted: int) -> None:
-    """S12, G2: errors suppressed while an attempt remains; the deferred notice once, last."""
+    """S12, G2: errors suppressed while an attempt remains; when the chain failed and its
+    last attempt posted no error notice of its own, one notice last: the deferred timeout
+    notice, else one naming the failure's kind. Never two error notices."""
     gen, log = run.result, run.log
     results = gen.attempts
     final = results[-1]
-    all_failed = len(results) == scripted and model_failure(final, run.attempts[-1].turn)
     deferred = [r.deferred_notice for r in results if r.deferred_notice is not None]
     for r in results[:-1]:
         assert not [k for k in r.notices if k.startswith("timeout_")]
+    failure = failure_of(final)
     expected: str | None = None
     if (
-        all_failed
-        and cfg.surface_user_errors
-        and deferred
-        and not any(k.startswith("timeout_") for k in final.notices)
+        cfg.surface_user_errors
+        and failure not in (None, "destination_unavailable")
+        and not any(k in ERROR_NOTICES for k in final.notices)
     ):
-        expected = deferred[0]
-    assert gen.deferred_notice_posted == expected
-    timed_out = any(r.state == "TimedOut" for r in results)
-    timeout_notices = [
-        v for kind, _, v in log.order if kind == "notice" and v.startswith("timeout_")
-    ]
-    assert len(timeout_notices) == int(all_failed and timed_out and cfg.surface_user_errors)
+        if deferred:
+            expected = deferred[0]
+        elif failure != "timeout":
+            assert failure is not None
+            expected = NOTICE_BY_FAILURE[failure]
+    is_timeout = expected is not None and expected.startswith("timeout_")
+    assert gen.deferred_notice_posted == (expected if is_timeout else None)
+    assert gen.failure_notice_posted == (None if is_timeout else expected)
+    error_notices = [v for kind, _, v in log.order if kind == "notice" and v in ERROR_NOTICES]
+    assert len(error_notices) <= 1, error_notices
     if expected is not None:
         assert log.order[-1] == ("notice", len(results) - 1, expected), "not posted last"
     assert gen.notices == [k for r in results for k in r.notices] + (
         [expected] if expected is not None else []
     )
+    assert len(results) == scripted or not should_fall_back(final)
 
 
 def _check_kill(run: ChainRun) -> None:
@@ -978,7 +997,9 @@ def test_completed_calls_are_replayed_not_rerun_and_media_is_not_carried() -> No
     fallback = run.attempts[1].provider.requests[0]
     assert [e.tool_name for e in fallback.function_history] == ["search"]
     assert named_calls(fallback.request_notices) == Counter({("search", '{"q": "cats"}'): 1})
-    assert fallback.context_items == BASE_CONTEXT and fallback.prefill == "Cats are"
+    # the delivered text is folded into the replayed call's turn (S1), not repeated last
+    assert fallback.context_items == BASE_CONTEXT and fallback.prefill == ""
+    assert fallback.function_history[0].pre_tool_text == "Cats are"
     assert [(a, name) for a, name, _ in run.runs] == [(0, "search"), (0, "watch")]
     assert run.result.status == "completed" and run.result.delivered_text == "Cats are great."
 

@@ -312,7 +312,8 @@ class Model:
             self.end("kill", "Stopped", "stopped_by_user")
         elif self.passes >= self.cfg.max_iterations:
             self.end("iteration_cap", "Done", "timeout")
-            self.notices.append("max_iterations")
+            if self.cfg.surface_user_errors:  # G2: off means no error notice of any kind
+                self.notices.append("max_iterations")
         else:
             self.go("begin", A)
             self.passes += 1
@@ -321,8 +322,8 @@ class Model:
             self.parts, self.landed = [], []
             self.pass_status.append("function_call")
             self.pass_errors.append(None)
-            if self.passes == self.cfg.soft_warn_iteration:
-                self.notices.append("still_working")
+            if self.passes - 1 == self.cfg.soft_warn_iteration and self.cfg.surface_user_errors:
+                self.notices.append("still_working")  # before the 21st call (T1)
             # the request: the context with every enrichment so far, the tool history, the
             # turn's request-only notices, the tools their flags still allow (S1, R7, R8, T7)
             self.requests.append({
@@ -343,7 +344,8 @@ class Model:
 
     def stream_end(self, kind: str, calls: list[Call]) -> None:
         if kind == "tool_call" and calls:
-            self.pre_tool_text = "".join(self.parts)
+            text = "".join(self.parts)
+            self.pre_tool_text = text if text.strip() else ""  # no whitespace-only text (T7)
             self.close_pass(False, "function_call")
             self.go("tool_call", TC)
             self.calls = deque(calls)
@@ -357,6 +359,11 @@ class Model:
             self.end("crash", "Done", "error")
         elif self.parts:  # completed, or a refusal after text: the text is the answer
             self.end("completed", "Done", "completed")
+        elif self.passes > 1 and "".join(self.closed).strip():
+            # T10: an empty pass after a tool, in a turn that delivered text, completes
+            self.end("empty_after_text", "Done", "completed")
+            self.pass_status[-1] = "empty_response"
+            self.text = "".join(self.closed)
         else:
             self.end("empty", "Done", "empty_response")
 
@@ -404,7 +411,8 @@ class Model:
             self.go(event, "Done")
             self.status = "error"
             self.error = f"{self.errors} consecutive tool failures"
-            self.notices.append("tool_error_loop")
+            if self.cfg.surface_user_errors:
+                self.notices.append("tool_error_loop")
         elif self.calls:
             self.stay(event)
             self.dispatch()
@@ -758,7 +766,8 @@ class LiveTurn(RuleBasedStateMachine):
         if model.running:
             in_pass = model.state in (A, S, ST)
             assert (lock.stream_kill is not None) == in_pass, "S7: one kill handle per pass"
-            busy = in_pass or (model.state == TC and model.tool is not None)
+            busy = in_pass or (model.state == TC and model.tool is not None) \
+                or (model.state == CR and model.looking_up)  # R6 look-ups, S6
             assert lock.watchdog_depth == int(busy), "S6: exempt exactly while a pass/tool runs"
             if model.state in (A, S):
                 assert turn._run is not None and turn._run.deadline == model.deadline

@@ -184,7 +184,7 @@ async def run_generation_turn(
                                text=final.text, delivered_text=delivered, notices=notices,
                                superseded_deleted=deleted)
     if base.surface_user_errors:
-        await _final_notice(channel, base, outcome, deferred, len(results) == len(attempts))
+        await _final_notice(channel, base, outcome, deferred)
     owner = request.owner
     thoughts = [text for r in results for text in r.thoughts.get("log", [])]
     outcome.thoughts_sent_to = await publish_thoughts(base, owner, thoughts, channel)
@@ -208,24 +208,21 @@ async def _delete_superseded(channel: TurnChannel) -> int | None:
 
 
 async def _final_notice(channel: TurnChannel, config: TurnConfig, outcome: GenerationResult,
-                        deferred: NoticeKind | None, chain_done: bool) -> None:
+                        deferred: NoticeKind | None) -> None:
     """One notice for the reply's outcome, at most (G2): when the chain failed and its last
     attempt posted no error notice of its own, the deferred timeout notice (S12), else one
-    naming the failure's kind;
-    or, when asked for, a line saying a fallback answered. A dead destination gets none:
-    there is nowhere to post it (G3)."""
+    naming the failure's kind; or, when asked for, a line saying a fallback answered. A
+    dead destination gets none: there is nowhere to post it (G3)."""
     final = outcome.attempts[-1]
     if any(kind in ERROR_NOTICES for kind in final.notices):
         return
     notice: NoticeKind | None = None
     failure = failure_of(final)
-    failed = failure is not None and failure != "destination_unavailable"
-    exhausted = chain_done or not should_fall_back(final)
-    if failed and exhausted:
+    if failure is not None and failure != "destination_unavailable":  # the chain has ended
         if deferred is not None:
             notice = deferred
         elif failure != "timeout":
-            notice = NOTICE_BY_FAILURE.get(failure or "other", "failed_other")
+            notice = NOTICE_BY_FAILURE.get(failure, "failed_other")
     elif final.status == "completed" and len(outcome.attempts) > 1 and config.announce_fallback:
         notice = "answered_by_fallback"
     if notice is None:
