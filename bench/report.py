@@ -8,6 +8,7 @@ from .common import Section, fmt
 from .full_bot import table as full_bot_table
 from .growth import table as growth_table
 from .profiling import format_profile
+from .splitter import table as splitter_table
 
 
 def _met(met: bool | None) -> str:
@@ -62,6 +63,8 @@ def details(section: Section) -> list[str]:
         lines += [*growth_table(section), ""]
     if section.key == "full_bot":
         lines += [*full_bot_table(section), ""]
+    if section.key == "splitter":
+        lines += [*splitter_table(section), ""]
     return lines
 
 

@@ -5,7 +5,8 @@ the injected `run_turn(message, lock)`, and releases the lock however the turn e
 (return, exception, cancellation) before starting the next queued message. When the lock is
 released under a running turn (the stale sweeper gave up on it), the worker gives the turn
 a short grace to unwind, then cancels it and moves on. Nothing is dropped silently: a full
-queue, or a channel whose turn is being killed, is refused with text the caller posts.
+queue, or a channel whose turn is being killed, is refused with text the caller posts (for a
+full queue, once per sender per window: spam must not spend the channel's send budget).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_QUEUED = 10
 DEFAULT_STALE_GRACE_S = 5.0
+DEFAULT_REFUSAL_WINDOW_S = 60.0
+_REFUSALS_REMEMBERED = 1024
 
 QUEUE_FULL_TEXT = (
     "I'm still working through earlier messages in this channel, so I can't take this one "
@@ -71,7 +74,12 @@ class ChannelQueue(Generic[M]):
         owner_of: Callable[[M], str] = lambda _message: "queued-turn",
         on_queued: Callable[[str, M], None] | None = None,
         stale_grace_s: float = DEFAULT_STALE_GRACE_S,
+        user_of: Callable[[M], str] = lambda _message: "",
+        refusal_window_s: float = DEFAULT_REFUSAL_WINDOW_S,
     ) -> None:
+        """`user_of` names a message's sender: beyond a full queue each sender is told once
+        per `refusal_window_s` per channel (loop clock), so spam cannot spend the channel's
+        send budget on refusals; later messages in the window are refused without text."""
         if max_queued < 0:
             raise ValueError("max_queued must not be negative")
         self._registry = registry
@@ -80,6 +88,9 @@ class ChannelQueue(Generic[M]):
         self._owner_of = owner_of
         self._on_queued = on_queued
         self.stale_grace_s = stale_grace_s
+        self._user_of = user_of
+        self.refusal_window_s = refusal_window_s
+        self._refused_at: dict[tuple[str, str], float] = {}
         self._queues: dict[str, deque[M]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
 
@@ -91,7 +102,8 @@ class ChannelQueue(Generic[M]):
         queue = self._queues.setdefault(channel_id, deque())
         busy = channel_id in self._workers
         if busy and len(queue) >= self.max_queued:
-            return Submission("full", position=len(queue), refusal=QUEUE_FULL_TEXT)
+            text = QUEUE_FULL_TEXT if self._refusal_due(channel_id, message) else None
+            return Submission("full", position=len(queue), refusal=text)
         if not busy:
             self._workers[channel_id] = asyncio.create_task(
                 self._work(channel_id, message), name=f"channel-queue:{channel_id}"
@@ -101,6 +113,19 @@ class ChannelQueue(Generic[M]):
         if self._on_queued is not None:
             self._on_queued(channel_id, message)
         return Submission("queued", position=len(queue))
+
+    def _refusal_due(self, channel_id: str, message: M) -> bool:
+        """True for the sender's first refusal in this channel within the window."""
+        now = asyncio.get_running_loop().time()
+        key = (channel_id, self._user_of(message))
+        last = self._refused_at.get(key)
+        if last is not None and now - last < self.refusal_window_s:
+            return False
+        if len(self._refused_at) >= _REFUSALS_REMEMBERED:
+            self._refused_at = {k: t for k, t in self._refused_at.items()
+                                if now - t < self.refusal_window_s}
+        self._refused_at[key] = now
+        return True
 
     def clear(self, channel_id: str) -> int:
         """Drop the channel's waiting messages (for /kill); returns how many."""

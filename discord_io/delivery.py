@@ -39,6 +39,8 @@ DEFAULT_CLOSE_GRACE_S = 5.0
 MAX_REACTORS = 100
 EMBED_TITLE_LIMIT = 256
 EMBED_DESCRIPTION_LIMIT = 4096
+FEED_SLICE = 8192
+"""Characters of one text delta fed to the splitter between two yields to the event loop."""
 
 NOTICE_COLOURS: dict[NoticeKind, int] = {
     "timeout_first_token": 0xE67E22,
@@ -165,11 +167,14 @@ class DiscordChannel(TurnChannel):
             return
         if self.typing is not None:
             self.typing.start()
-        chunks = self._splitter.feed(text)
-        if self.flush_paragraphs:
-            chunks += self._splitter.flush_boundary()
-        for chunk in chunks:
-            self._enqueue(_Outgoing(chunk=chunk, notice=None))
+        for start in range(0, len(text), FEED_SLICE):
+            if start:
+                await asyncio.sleep(0)  # a huge delta must not hold every other channel
+            chunks = self._splitter.feed(text[start : start + FEED_SLICE])
+            if self.flush_paragraphs:
+                chunks += self._splitter.flush_boundary()
+            for chunk in chunks:
+                self._enqueue(_Outgoing(chunk=chunk, notice=None))
         self._raise_if_capped()
         self._arm_idle_flush()
 

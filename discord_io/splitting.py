@@ -9,6 +9,7 @@ never under-counts Discord's 2,000-character limit.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -16,6 +17,8 @@ MESSAGE_LIMIT = 2000
 FENCE = "```"
 MAX_LANG = 32
 _CLOSE_RESERVE = len("\n" + FENCE)
+_VISIBLE = re.compile(r"\S")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 RANK_NONE = -1  # a line end that is no place to cut (right after an opening fence)
 RANK_HARD = 0
@@ -26,8 +29,16 @@ RANK_PARAGRAPH = 4
 
 
 def discord_length(text: str) -> int:
-    """Length as UTF-16 code units (an emoji outside the BMP counts two)."""
-    return len(text.encode("utf-16-le")) // 2
+    """Length as UTF-16 code units (an emoji outside the BMP counts two; a lone surrogate,
+    which a broken stream can carry, one)."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _well_formed(text: str) -> str:
+    """What can be sent: a lone surrogate (no encoder accepts one) becomes U+FFFD."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,47 +55,71 @@ class _Break(NamedTuple):
     lang: str | None  # the fence open at `pos`, None outside code
 
 
-def _fence_lang(line: str) -> str | None:
-    """The info word of a fence line ("" when bare), or None when `line` is no fence."""
-    stripped = line.lstrip(" ")
-    if len(line) - len(stripped) > 3 or not stripped.startswith(FENCE):
-        return None
-    info = stripped[len(FENCE) :].strip()
-    if FENCE in info:
-        return None  # ```inline``` on one line opens and closes itself
+def _info_lang(info: str) -> str:
+    """The language word of an opening fence's info string ("" when bare)."""
+    info = info.strip()
     return info.split()[0][:MAX_LANG] if info else ""
 
 
-def _scan(buf: str, lang: str | None, final: bool) -> tuple[list[_Break], str | None]:
-    """Line-end break candidates and the fence state after the last scanned line.
+def _line_fences(
+    buf: str, lo: int, hi: int, lang: str | None, toggles: list[tuple[int, str | None]]
+) -> tuple[str | None, bool]:
+    """Apply the fences of `buf[lo:hi]` (one line) to `lang`, noting each in `toggles` as
+    (position after its backticks, fence state after it). Discord opens or closes a block
+    at every triple backtick, wherever it stands: mid-line, indented in a list item, or
+    two on one line (```inline```). Returns the state and whether the last fence opened."""
+    opened_last = False
+    found = buf.find(FENCE, lo, hi)
+    while found != -1:
+        after = found + len(FENCE)
+        if lang is None:
+            following = buf.find(FENCE, after, hi)
+            lang = _info_lang(buf[after : hi if following == -1 else following])
+            opened_last = True
+        else:
+            lang, opened_last = None, False
+        toggles.append((after, lang))
+        found = buf.find(FENCE, after, hi)
+    return lang, opened_last
 
-    The unfinished last line only counts (as a line) when `final`.
+
+class _Scan(NamedTuple):
+    breaks: list[_Break]
+    toggles: list[tuple[int, str | None]]
+    lang: str | None  # the fence state at the end of what was scanned
+
+
+def _scan(buf: str, lang: str | None, final: bool) -> _Scan:
+    """Line-end break candidates, every fence, and the fence state after `buf`.
+
+    The unfinished last line only counts (as a line) when `final`; its fences still count.
     """
     breaks: list[_Break] = []
+    toggles: list[tuple[int, str | None]] = []
+    fences = FENCE in buf
+    opened = False
     pos = 0
     while pos < len(buf):
         newline = buf.find("\n", pos)
         if newline == -1 and not final:
+            if fences:
+                lang, _ = _line_fences(buf, pos, len(buf), lang, toggles)
             break
-        end = len(buf) if newline == -1 else newline + 1
-        line = buf[pos:end].rstrip("\n")
-        opened = closed = False
-        fence = _fence_lang(line)
-        if fence is not None:
-            if lang is None:
-                lang, opened = fence, True
-            else:
-                lang, closed = None, True
+        line_end = len(buf) if newline == -1 else newline
+        end = line_end if newline == -1 else newline + 1
+        start_lang = lang
+        if fences:
+            lang, opened = _line_fences(buf, pos, line_end, lang, toggles)
         if opened:
             breaks.append(_Break(end, RANK_NONE, lang))
         elif lang is not None:
             breaks.append(_Break(end, RANK_CODE_NEWLINE, lang))
-        elif closed or not line.strip():
+        elif start_lang is not None or not buf[pos:line_end].strip():
             breaks.append(_Break(end, RANK_PARAGRAPH, None))
         else:
             breaks.append(_Break(end, RANK_NEWLINE, None))
         pos = end
-    return breaks, lang
+    return _Scan(breaks, toggles, lang)
 
 
 def _prefix(lang: str | None) -> str:
@@ -105,50 +140,119 @@ def _content(buf: str, start_lang: str | None, pos: int, end_lang: str | None) -
     return body + FENCE
 
 
-def _lang_at(breaks: list[_Break], start_lang: str | None, pos: int) -> str | None:
+class _Sizes:
+    """`discord_length(_content(window, start_lang, pos, end_lang))` without building the
+    message: the window is measured once (running UTF-16 sums, only when it holds a
+    character outside the BMP), so a candidate cut costs a strip, not a rebuild."""
+
+    def __init__(self, window: str, start_lang: str | None) -> None:
+        self.window = window
+        self.start_lang = start_lang
+        self.prefix = discord_length(_prefix(start_lang))
+        self.units: list[int] | None = None
+        if discord_length(window) != len(window):
+            total, units = 0, [0]
+            for char in window:
+                total += 2 if ord(char) > 0xFFFF else 1
+                units.append(total)
+            self.units = units
+        self.body_start = len(window) - len(window.lstrip()) if start_lang is None else 0
+
+    def _units(self, end: int) -> int:
+        return end if self.units is None else self.units[end]
+
+    def size(self, pos: int, end_lang: str | None) -> int:
+        start = self.body_start
+        visible = len(self.window[:pos].rstrip())
+        if end_lang is None:
+            if self.start_lang is None:
+                return self._units(visible) - self._units(start) if visible > start else 0
+            if visible == 0:
+                return self.prefix - 1  # the reopened fence alone, its newline stripped
+            return self.prefix + self._units(visible)
+        if visible <= start:
+            return 0
+        newline = 0 if self.window[pos - 1] == "\n" else 1
+        return self.prefix + self._units(pos) - self._units(start) + newline + len(FENCE)
+
+
+def _lang_at(toggles: list[tuple[int, str | None]], start_lang: str | None,
+             pos: int) -> str | None:
     lang = start_lang
-    for br in breaks:
-        if br.pos > pos:
+    for after, state in toggles:
+        if after > pos:
             break
-        lang = br.lang
+        lang = state
     return lang
 
 
-def _cut(buf: str, lang: str | None, limit: int, final: bool) -> tuple[Chunk, int, str | None]:
-    """The best first message of `buf`; returns it, where it ends and the fence state there."""
-    breaks, _ = _scan(buf, lang, final)
+def _window(buf: str, start: int, lang: str | None, limit: int) -> str:
+    """The part of `buf` from `start` that the next message can draw on: leading space it
+    would strip, then `limit` characters (each at least one UTF-16 unit) and one more."""
+    lead = 0
+    if lang is None:
+        visible = _VISIBLE.search(buf, start)
+        lead = (visible.start() if visible else len(buf)) - start
+    return buf[start : start + lead + limit + 1]
+
+
+def _cut(buf: str, start: int, lang: str | None, limit: int,
+         final: bool) -> tuple[Chunk, int, str | None]:
+    """The best first message of `buf[start:]`; returns it, how much of the text it takes
+    and the fence state there. Only a window of about `limit` characters is looked at, so a
+    cut costs the same however much text is buffered."""
+    window = _window(buf, start, lang, limit)
+    final = final and start + len(window) >= len(buf)
+    scan = _scan(window, lang, final)
+    sizes = _Sizes(window, lang)
     best: _Break | None = None
-    for br in breaks:
-        content = _content(buf, lang, br.pos, br.lang)
-        size = discord_length(content)
+    for br in scan.breaks:
+        size = sizes.size(br.pos, br.lang)
         if size > limit + 2 * _CLOSE_RESERVE:
             break  # sizes only wobble by a fence's length from here on
-        if size > limit or not content or br.rank == RANK_NONE:
+        if size > limit or size == 0 or br.rank == RANK_NONE:
             continue
         if best is None or br.rank >= best.rank:
             best = br
     if best is not None:
-        return Chunk(_content(buf, lang, best.pos, best.lang), buf[: best.pos]), best.pos, best.lang
+        chunk = Chunk(_content(window, lang, best.pos, best.lang), window[: best.pos])
+        return chunk, best.pos, best.lang
 
     # No line end fits: the longest prefix that fits, cut after its last space if any.
-    low, high = 1, len(buf)
+    low, high = 1, len(window)
     while low < high:
         mid = (low + high + 1) // 2
-        mid_lang = _lang_at(breaks, lang, mid)
-        if discord_length(_content(buf, lang, mid, mid_lang)) <= limit:
+        if sizes.size(mid, _lang_at(scan.toggles, lang, mid)) <= limit:
             low = mid
         else:
             high = mid - 1
-    line_start = buf.rfind("\n", 0, low) + 1
-    space = buf.rfind(" ", line_start, low)
-    visible_before_space = space > line_start and bool(buf[line_start:space].strip())
-    pos = space + 1 if visible_before_space else low
-    end_lang = _lang_at(breaks, lang, pos)
-    return Chunk(_content(buf, lang, pos, end_lang), buf[:pos]), pos, end_lang
+    line_start = window.rfind("\n", 0, low) + 1
+    space = window.rfind(" ", line_start, low)
+    visible_before_space = space > line_start and bool(window[line_start:space].strip())
+    pos = _outside_backticks(window, space + 1 if visible_before_space else low)
+    end_lang = _lang_at(scan.toggles, lang, pos)
+    return Chunk(_content(window, lang, pos, end_lang), window[:pos]), pos, end_lang
 
 
-def _overflows(buf: str, lang: str | None, limit: int) -> bool:
-    return discord_length(_prefix(lang) + buf) + _CLOSE_RESERVE > limit
+def _outside_backticks(text: str, pos: int) -> int:
+    """`pos` moved back out of a run of backticks (half a fence in each message would open
+    a block in one that the other never closes) and out of a surrogate pair."""
+    moved = pos
+    while 0 < moved < len(text) and text[moved - 1] == "`" and text[moved] == "`":
+        moved -= 1
+    if 0 < moved < len(text) and "\ud800" <= text[moved - 1] <= "\udbff" \
+            and "\udc00" <= text[moved] <= "\udfff":
+        moved -= 1
+    return moved if moved > 0 else pos
+
+
+def _overflows(buf: str, start: int, lang: str | None, limit: int) -> bool:
+    """Whether `buf[start:]` with its carried fence may not fit one message: certain when
+    it has more characters than the limit, else measured (at most `limit` characters)."""
+    chars = len(buf) - start + len(_prefix(lang)) + _CLOSE_RESERVE
+    if chars > limit:
+        return True
+    return discord_length(_prefix(lang) + buf[start:]) + _CLOSE_RESERVE > limit
 
 
 def _keep(chunks: list[Chunk], chunk: Chunk, carry: str) -> str:
@@ -159,26 +263,28 @@ def _keep(chunks: list[Chunk], chunk: Chunk, carry: str) -> str:
     """
     if not chunk.content:
         return carry + chunk.source
-    chunks.append(Chunk(chunk.content, carry + chunk.source))
+    chunks.append(Chunk(_well_formed(chunk.content), carry + chunk.source))
     return ""
 
 
 def _drain(buf: str, lang: str | None, limit: int, carry: str = "") -> list[Chunk]:
     """Every message for the whole of `buf`, which is complete."""
     chunks: list[Chunk] = []
-    while buf.strip():
-        _, end_lang = _scan(buf, lang, final=True)
-        whole = _content(buf, lang, len(buf), end_lang)
-        if discord_length(whole) <= limit:
-            carry = _keep(chunks, Chunk(whole, buf), carry)
-            buf = ""
-            break
-        chunk, pos, lang = _cut(buf, lang, limit, final=True)
+    start = 0
+    while _VISIBLE.search(buf, start):
+        if len(buf) - start <= 2 * limit:  # longer text cannot fit one message (unless blank)
+            rest = buf[start:]
+            whole = _content(rest, lang, len(rest), _scan(rest, lang, final=True).lang)
+            if discord_length(whole) <= limit:
+                carry = _keep(chunks, Chunk(whole, rest), carry)
+                start = len(buf)
+                break
+        chunk, used, lang = _cut(buf, start, lang, limit, final=True)
         carry = _keep(chunks, chunk, carry)
-        buf = buf[pos:]
-    if chunks and carry + buf:
+        start += used
+    if chunks and carry + buf[start:]:
         last = chunks[-1]
-        chunks[-1] = Chunk(last.content, last.source + carry + buf)
+        chunks[-1] = Chunk(last.content, last.source + carry + buf[start:])
     return chunks
 
 
@@ -203,16 +309,22 @@ class StreamSplitter:
         return self._carry + self._buf
 
     def feed(self, text: str) -> list[Chunk]:
+        """Cost linear in `text`: each cut looks at one message's worth of the buffer, and
+        the buffer is trimmed once, after all cuts."""
         self._buf += text
         chunks: list[Chunk] = []
-        while _overflows(self._buf, self._lang, self.limit):
-            chunk, pos, self._lang = _cut(self._buf, self._lang, self.limit, final=False)
-            self._buf = self._buf[pos:]
+        start = 0
+        while _overflows(self._buf, start, self._lang, self.limit):
+            chunk, used, self._lang = _cut(self._buf, start, self._lang, self.limit,
+                                           final=False)
+            start += used
             self._carry = _keep(chunks, chunk, self._carry)
+        if start:
+            self._buf = self._buf[start:]
         return chunks
 
     def flush_boundary(self) -> list[Chunk]:
-        breaks, _ = _scan(self._buf, self._lang, final=False)
+        breaks = _scan(self._buf, self._lang, final=False).breaks
         ends = [br.pos for br in breaks if br.rank == RANK_PARAGRAPH]
         if not ends:
             return []

@@ -55,6 +55,7 @@ from .keys import KeyRing, rotates
 from .prefill import PREFILL_NATIVE, EchoStrip, PrefillMode
 from .sse import SSEComment, SSEEvent, SSEItem, SSEParser
 from .stream_filters import LeadingBlank, StreamFilter, finish_filters, run_filters
+from .surrogates import SurrogatePairs
 
 if TYPE_CHECKING:
     from .context import ToolSpec
@@ -165,7 +166,7 @@ class SSEProvider(ABC):
         keys = self.config.keys()
         clock = asyncio.get_running_loop().time
         order: list[int | None] = list(self._keys.order(clock())) or [None]
-        filters: list[StreamFilter] = [LeadingBlank()]
+        filters: list[StreamFilter] = [SurrogatePairs(), LeadingBlank()]
         if request.prefill and self.prefill_mode == PREFILL_NATIVE:
             filters.insert(0, EchoStrip(request.prefill))
         for attempt, index in enumerate(order):
