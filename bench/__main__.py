@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import concurrency, full_bot, growth, over_http, peers, per_chunk, per_turn
+from . import concurrency, full_bot, growth, over_http, peers, per_chunk, per_turn, splitter
 from .common import Section, machine_info
 from .report import render
 
@@ -25,6 +25,7 @@ FULL: dict[str, dict[str, Any]] = {
     "over_http": {"chunks": 20_000, "repeats": 5},
     "growth": {"sizes": growth.SIZES, "repeats": 3, "min_turns": 2000, "repeats_large": 1},
     "full_bot": {"sizes": full_bot.SIZES, "profile_largest": True},
+    "splitter": {},
 }
 QUICK: dict[str, dict[str, Any]] = {
     "per_chunk": {"chunks": 5_000, "repeats": 2},
@@ -34,6 +35,8 @@ QUICK: dict[str, dict[str, Any]] = {
     "over_http": {"chunks": 2_000, "repeats": 2},
     "growth": {"sizes": (1, 10, 100), "repeats": 1, "min_turns": 100},
     "full_bot": {"sizes": full_bot.QUICK_SIZES, "profile_largest": False},
+    "splitter": {"before_sizes": (4096, 8192), "after_sizes": (4096, 16384),
+                 "stall_size": 65536, "before_stall_size": 8192, "repeats": 1},
 }
 RUNNERS: dict[str, Callable[..., Section]] = {
     "per_chunk": per_chunk.measure,
@@ -43,6 +46,7 @@ RUNNERS: dict[str, Callable[..., Section]] = {
     "over_http": over_http.measure,
     "growth": growth.measure,
     "full_bot": full_bot.measure,
+    "splitter": splitter.measure,
 }
 
 

@@ -102,6 +102,7 @@ class TurnBot:
         self.queue: ChannelQueue[discord.Message] = ChannelQueue(
             self.locks, self.run_turn, max_queued=queue_limit,
             owner_of=lambda message: str(message.id), on_queued=self._on_queued,
+            user_of=lambda message: str(message.author.id),
         )
         self.sweeper = StaleLockSweeper(self.locks)
         self.tools = ToolRegistry(tools)
