@@ -1,7 +1,7 @@
 """The Redis queue, lease and kill between two workers (two queues, two Redis connections)
 against a real redis-server (SPEC D3, D4, S7, S17). Order and exclusion are asserted on
-conditions the workers reach, not on time; the lease-lapse tests run on the loop's virtual
-clock (looptime), which is the clock the lease is trusted by locally."""
+conditions the workers reach, not on time. What the worker decides by its own clock (when a
+lease it cannot renew counts as lost) runs in virtual time; Redis going away is real time."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
 
 from discord_io.channel_queue import QUEUE_FULL_TEXT, STOPPING_TEXT
+from discord_io.redis_backend.connection import connect
 from discord_io.redis_backend.fence import LeaseLostError, check_lease, current_lease
-from discord_io.redis_backend.lease import Lease, LeaseTimings
+from discord_io.redis_backend.lease import Lease, LeaseKeeper, LeaseTimings
 from discord_io.redis_backend.queue import UNAVAILABLE_TEXT, QueuedRecord, RedisChannelQueue
 from discord_io.testing.redis_server import RedisServer, running_redis
 from fsm.engine.locks import ChannelLock, ChannelLockRegistry
@@ -91,7 +92,7 @@ def _worker(name: str, url: str, log: list[tuple[str, str]], running: dict[str, 
         holder[0].follow_ups.append((channel_id, author))
 
     queue: RedisChannelQueue[Msg] = RedisChannelQueue(
-        Redis.from_url(url), registry, run_turn,
+        connect(url), registry, run_turn,
         record_of=lambda m: QueuedRecord(m.id, m.channel, m.author), load=load,
         on_follow_up=on_follow_up, worker_id=name, owns_redis=True, **options)  # type: ignore[arg-type]
     worker = Worker(name, queue, registry, log, running)
@@ -264,29 +265,50 @@ async def test_shutdown_hands_the_queue_to_another_worker(redis_server: RedisSer
         assert log[-2:] == [("start", "m2"), ("end", "m2")]
 
 
-@pytest.mark.looptime
 async def test_redis_down_stops_running_turns_and_refuses_new_ones_clearly(
         redis_server: RedisServer) -> None:
     # covers S7, D4: without Redis a worker cannot know it still owns a channel, so its turn
-    # stops when the lease's local validity ends; a new message gets a clear notice; once
-    # Redis is back, messages run again (virtual time: the lease is trusted by loop time)
-    timings = LeaseTimings(ttl_s=10.0, renew_every_s=3.0)
+    # stops once the lease's local validity ends; a new message gets a clear notice; once
+    # Redis is back, messages run again. About a process (redis-server) going away: real
+    # time, short leases, waits on conditions only.
+    timings = LeaseTimings(ttl_s=1.0, renew_every_s=0.25)
     async with two_workers(redis_server, timings=timings) as (a, b, log):
         await a.queue.submit("c1", Msg("m1", "c1"))
         await a.wait_started("m1")
-        started = asyncio.get_running_loop().time()
         redis_server.stop()
         refused = await b.queue.submit("c2", Msg("m2", "c2"))
         assert (refused.status, refused.refusal) == ("unavailable", UNAVAILABLE_TEXT)
         await a.queue.join("c1")
-        stopped_after = asyncio.get_running_loop().time() - started
         assert log == [("start", "m1"), ("killed", "m1")]
-        assert stopped_after <= timings.ttl_s
+        assert a.queue.keeper.failures >= 1
         redis_server.start()
         assert (await b.queue.submit("c2", Msg("m3", "c2"))).status == "started"
         await b.wait_started("m3")
         b.release("m3")
         await b.queue.join("c2")
+
+
+@pytest.mark.looptime
+async def test_unrenewed_lease_is_lost_at_its_local_deadline(tmp_path: Path) -> None:
+    # covers S7: a worker that cannot reach Redis gives its lease up at 80 % of the lifetime
+    # after the last renewal it sent (virtual time), before Redis would let another worker in
+    unreachable = connect(f"unix://{tmp_path / 'no-redis.sock'}")
+    timings = LeaseTimings(ttl_s=10.0, renew_every_s=3.0)
+    lost: list[float] = []
+    loop = asyncio.get_running_loop()
+    keeper = LeaseKeeper(unreachable, "turn:", timings,
+                         on_lost=lambda lease: lost.append(loop.time()),
+                         on_stop=lambda lease: None)
+    sent_at = loop.time()
+    lease = Lease("c1", "token", 1, valid_until=timings.valid_until(sent_at))
+    keeper.add(lease)
+    while not lost:
+        await keeper.renew_all()
+        await asyncio.sleep(timings.renew_every_s)
+    assert keeper.failures >= 2
+    assert lease.lost and not lease.held(loop.time())
+    assert lost[0] - sent_at == pytest.approx(9.0)  # the first upkeep tick past 8 s
+    await unreachable.aclose()
 
 
 async def test_send_gate_refuses_writes_once_the_lease_is_lost() -> None:

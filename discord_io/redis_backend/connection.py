@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
@@ -12,9 +12,16 @@ log = logging.getLogger(__name__)
 REQUIRED_EVICTION_POLICY = "noeviction"
 
 
-def connect(url: str) -> Redis:
-    """A client for `url` (`redis://`, `rediss://` or `unix://`); connects lazily."""
-    return Redis.from_url(url, health_check_interval=30)
+MAX_CONNECTIONS = 64
+POOL_WAIT_S = 5.0
+
+
+def connect(url: str, *, max_connections: int = MAX_CONNECTIONS) -> Redis:
+    """A client for `url` (`redis://`, `rediss://` or `unix://`); connects lazily. A burst of
+    messages waits for a pooled connection (up to `POOL_WAIT_S`) instead of failing."""
+    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections,
+                                           timeout=POOL_WAIT_S)
+    return Redis(connection_pool=pool)
 
 
 async def check_server(redis: Redis) -> str | None:
@@ -22,7 +29,7 @@ async def check_server(redis: Redis) -> str | None:
     pressure would break one turn per channel); None when it is configured as needed."""
     try:
         config = await redis.config_get("maxmemory-policy")
-    except RedisError:
+    except (RedisError, OSError):
         return None  # managed services may refuse CONFIG; docs/redis.md says what to set
     policy = str(config.get("maxmemory-policy", ""))
     if policy != REQUIRED_EVICTION_POLICY:

@@ -139,8 +139,8 @@ class LeaseKeeper:
             None if first_expiry_ms < 0 else max(0.0, (first_expiry_ms - now_ms) / 1000)
         )
         for lease, status in zip(leases, statuses, strict=True):
-            if lease.lost:
-                continue
+            if lease.lost or self._leases.get(lease.channel_id) is not lease:
+                continue  # released while the renewal was on its way: its answer is moot
             if int(status) == 0:
                 self.lose(lease, "renewal refused: another worker owns the channel")
                 continue

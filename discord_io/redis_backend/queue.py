@@ -37,6 +37,7 @@ from ..channel_queue import (
     run_supervised,
 )
 from . import scripts
+from .connection import check_server
 from .fence import current_lease
 from .lease import Lease, LeaseKeeper, LeaseTimings
 from .signals import WorkerInbox
@@ -135,6 +136,7 @@ class RedisChannelQueue(Generic[M]):
         self.prefix = prefix
         self.stale_grace_s = stale_grace_s
         self._owns_redis = owns_redis
+        self._closing = False
         self.keeper = LeaseKeeper(redis, prefix, self.timings, on_lost=self._stop_turn,
                                   on_stop=self._stop_turn)
         self.inbox = WorkerInbox(redis, f"{prefix}worker:{self.worker_id}",
@@ -155,6 +157,9 @@ class RedisChannelQueue(Generic[M]):
 
     async def start(self) -> None:
         """Subscribe to this worker's inbox, then renew and take over on a schedule."""
+        warning = await check_server(self.redis)
+        if warning is not None:
+            log.warning("%s", warning)
         await self.inbox.start()
         if self._upkeep is None:
             self._upkeep = asyncio.create_task(self._run_upkeep(), name="lease-upkeep")
@@ -166,11 +171,14 @@ class RedisChannelQueue(Generic[M]):
         if upkeep is not None:
             upkeep.cancel()
             await asyncio.wait({upkeep})
+        self._closing = True
+        leases = [lease for lease in (self.keeper.get(c) for c in self._workers) if lease]
         workers = list(self._workers.values())
         for worker in workers:
             worker.cancel()
         if workers:
             await asyncio.wait(workers)
+        await self._give_back(leases)
         await self.inbox.stop()
         if self._owns_redis:
             await self.redis.aclose()
@@ -259,7 +267,8 @@ class RedisChannelQueue(Generic[M]):
                     return
                 record, chain = step
         except asyncio.CancelledError:
-            await self._give_back(lease)
+            if not self._closing:  # on close, all leases go back in one round trip
+                await self._give_back([lease])
             raise
         finally:
             self.keeper.remove(lease)
@@ -326,21 +335,28 @@ class RedisChannelQueue(Generic[M]):
         lease.valid_until = self.timings.valid_until(sent_at)
         return QueuedRecord.from_json(reply[2]), int(reply[3])
 
-    async def _give_back(self, lease: Lease) -> None:
-        """On shutdown: hand the lease over so another worker runs what is queued at once."""
-        if lease.lost:
+    async def _give_back(self, leases: list[Lease]) -> None:
+        """On shutdown: hand the leases over, so other workers run what is queued at once."""
+        held = [lease for lease in leases if not lease.lost]
+        if not held:
             return
         try:
             async with asyncio.timeout(self.timings.renew_every_s):
-                await self._hand_over(args=[self.prefix, lease.channel_id, lease.token])
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for lease in held:
+                        await self._hand_over(args=[self.prefix, lease.channel_id, lease.token],
+                                              client=pipe)
+                    await pipe.execute()
         except (RedisError, OSError, TimeoutError):
-            log.warning("channel %s: lease not handed back; it will lapse", lease.channel_id)
+            log.warning("%d lease(s) not handed back; they will lapse", len(held))
 
     # ---- signals and upkeep --------------------------------------------------------------
 
     def _stop_turn(self, lease: Lease) -> None:
-        """Lease lost, or stop flagged by a renewal: stop the local turn (S7)."""
-        self._registry.request_stop(lease.channel_id)
+        """Lease lost, or stop flagged by a renewal: stop the local turn (S7) — the turn of
+        this lease, not a later one of the same channel."""
+        if self.keeper.get(lease.channel_id) is lease:
+            self._registry.request_stop(lease.channel_id)
 
     def _on_kill(self, channel_id: str) -> None:
         lease = self.keeper.get(channel_id)
