@@ -472,10 +472,11 @@ async def test_429_storm_on_sends_is_honoured_and_the_reply_completes(
 async def test_429_storm_past_the_retries_ends_done_error_with_what_discord_received(
     monkeypatch: pytest.MonkeyPatch, scope: str
 ) -> None:
-    # covers D2 (a failed send is reported, not lost), S15, D4, G1: the first message goes
-    # out, the second meets five 429s (discord.py gives up after five tries); the turn ends
-    # Done/error naming the 429, nothing is sent after the hole, and its delivered text (what
-    # a fallback would continue from) is exactly the first message
+    # covers D2 (a failed send is reported, not lost), S15, D4, G1, G2: the first message
+    # goes out, the second meets five 429s (discord.py gives up after five tries); the turn
+    # ends Done/error naming the 429, no text is sent after the hole — only the one notice
+    # saying the reply failed — and its delivered text (what a fallback would continue from)
+    # is exactly the first message
     pieces = paragraphs("hole", 6)
     async with bot_harness(monkeypatch) as h:
         h.emu.inject(
@@ -494,7 +495,8 @@ async def test_429_storm_past_the_retries_ends_done_error_with_what_discord_rece
         [first] = record.channel.delivered
         assert record.result.delivered_text == first.source == record.channel.delivered_text
         assert first.source.startswith("hole paragraph 0") and len(first.source) > 1000
-        assert [r.status for r in h.sends()] == [200, 429, 429, 429, 429, 429]
+        assert [r.status for r in h.sends()] == [200, 429, 429, 429, 429, 429, 200]
+        assert record.result.notices == ["failed_other"] and "embeds" in h.sends()[-1].json
         assert isinstance(record.channel.failure, DeliveryError)
         assert record.channel.failure.status == 429
 
@@ -581,7 +583,8 @@ async def test_text_a_timed_out_attempt_still_buffered_is_sent_before_the_fallba
 async def test_persistent_5xx_on_a_send_ends_done_error_with_what_discord_received(
     monkeypatch: pytest.MonkeyPatch, status: int, faults: int, gaps: list[float]
 ) -> None:
-    # covers D2 (reported, not lost; nothing sent after the hole), S15, D4, G1
+    # covers D2 (reported, not lost; no text sent after the hole, only the failure notice),
+    # S15, D4, G1, G2
     pieces = paragraphs("five", 6)
     async with bot_harness(monkeypatch) as h:
         h.emu.inject(SEND, Fault.delay(0.0), *[Fault.server_error(status)] * faults)
@@ -590,11 +593,11 @@ async def test_persistent_5xx_on_a_send_ends_done_error_with_what_discord_receiv
         [record] = h.records
         assert record.result is not None and statuses(h) == ["error"]
         assert f"HTTP {status}" in (record.result.attempts[0].error or "")
-        assert [r.status for r in h.sends()] == [200] + [status] * faults
-        assert [gap for _, gap in retry_gaps(h.sends()[1:])] == gaps
+        assert [r.status for r in h.sends()] == [200] + [status] * faults + [200]
+        assert [gap for _, gap in retry_gaps(h.sends()[1:-1])] == gaps
         [first] = record.channel.delivered
         assert record.result.delivered_text == first.source == record.channel.delivered_text
-        assert record.result.notices == []
+        assert record.result.notices == ["failed_other"] and "embeds" in h.sends()[-1].json
 
 
 async def test_transient_5xx_on_sends_are_retried_and_the_reply_completes(
