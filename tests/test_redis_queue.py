@@ -241,12 +241,17 @@ async def test_follow_up_count_carries_to_the_next_turn_across_workers(
 
 
 async def test_full_queue_is_refused_politely(redis_server: RedisServer) -> None:
-    # covers D4: the bound holds across workers, with one polite refusal
+    # covers D4: the bound holds across workers, with one polite refusal per sender per
+    # window whichever worker the spam reaches
     async with two_workers(redis_server, max_queued=1) as (a, b, _log):
         await a.queue.submit("c1", Msg("m1", "c1"))
         assert (await b.queue.submit("c1", Msg("m2", "c1"))).status == "queued"
         full = await b.queue.submit("c1", Msg("m3", "c1"))
         assert (full.status, full.refusal, full.position) == ("full", QUEUE_FULL_TEXT, 1)
+        again = await a.queue.submit("c1", Msg("m4", "c1"))  # same sender, other worker
+        assert (again.status, again.refusal) == ("full", None)
+        other = await a.queue.submit("c1", Msg("m5", "c1", author="9"))
+        assert (other.status, other.refusal) == ("full", QUEUE_FULL_TEXT)
         await a.queue.kill("c1", "i5")
         await a.queue.join("c1")
 

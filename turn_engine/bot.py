@@ -17,7 +17,8 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import discord
@@ -55,6 +56,9 @@ from .settings import AppSettings, ConfigurationError, JournalSettings, ToolSett
 from .shutdown import StopRequest
 from .startup import StartupError, describe_failure, invite_url
 from .turn_log import log_turn_end
+
+if TYPE_CHECKING:
+    from discord_io.redis_backend.queue import RedisChannelQueue
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +122,8 @@ class TurnBot:
         self.results: deque[GenerationResult] = deque(maxlen=recent_results)
         """The last turns' results, for an operator's look: bounded, the bot runs for weeks."""
         self.stopping = False
+        self.scale_out: RedisChannelQueue[discord.Message] | None = None
+        """The Redis queue when the bot runs as many processes (`scale_out.attach_scale_out`)."""
         self._channels: set[str] = set()
         """Channels that have had a turn: where shutdown looks for running ones."""
 
@@ -134,6 +140,8 @@ class TurnBot:
 
     async def start(self) -> None:
         self.sweeper.start()
+        if self.scale_out is not None:
+            await self.scale_out.start()
         try:
             await self.tree.sync()
         except discord.HTTPException as exc:
@@ -145,6 +153,8 @@ class TurnBot:
     async def aclose(self) -> None:
         await self.sweeper.stop()
         await self.queue.aclose()
+        if self.scale_out is not None:
+            await self.scale_out.aclose()
 
     async def shutdown(self, grace_s: float) -> None:
         """Stop admitting, drop the queues, kill the running turns (they keep what they
@@ -178,7 +188,10 @@ class TurnBot:
             return
         channel_id = str(message.channel.id)
         self._channels.add(channel_id)
-        submission = self.queue.submit(channel_id, message)
+        if self.scale_out is not None:
+            submission = await self.scale_out.submit(channel_id, message)
+        else:
+            submission = self.queue.submit(channel_id, message)
         if submission.refusal is not None:
             try:
                 await message.reply(submission.refusal,
@@ -339,12 +352,16 @@ def _referenced_in(message: discord.Message,
     return chain
 
 
-def build_client() -> discord.Client:
+def build_client(http_trace: aiohttp.TraceConfig | None = None) -> discord.Client:
     """Sharded as Discord recommends (GET /gateway/bot): each guild's events on its shard."""
     intents = discord.Intents.default()
     intents.message_content = True
+    if http_trace is None:
+        return discord.AutoShardedClient(intents=intents,
+                                         allowed_mentions=discord.AllowedMentions.none())
     return discord.AutoShardedClient(intents=intents,
-                                     allowed_mentions=discord.AllowedMentions.none())
+                                     allowed_mentions=discord.AllowedMentions.none(),
+                                     http_trace=http_trace)
 
 
 def select_tools(all_tools: Sequence[Tool], settings: ToolSettings) -> list[Tool]:
@@ -403,7 +420,10 @@ async def serve(settings: AppSettings, *, stop: StopRequest | None = None,
     token = settings.discord_token
     if token is None:
         raise StartupError("TURN_DISCORD_TOKEN is not set")
-    client = client if client is not None else build_client()
+    redis_url = settings.redis_url.get_secret_value() if settings.redis_url else None
+    scale_out = _scale_out() if redis_url else None
+    client = client if client is not None else build_client(
+        scale_out.fencing_trace() if scale_out else None)
     stop = stop if stop is not None else StopRequest()
     fetcher = MediaFetcher()
     try:
@@ -411,6 +431,8 @@ async def serve(settings: AppSettings, *, stop: StopRequest | None = None,
         # would queue the 101st channel's stream behind the others (BENCHMARKS.md, item 7).
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
             bot = build_bot(client, settings, session, fetcher)
+            if scale_out is not None and redis_url is not None:
+                scale_out.attach_scale_out(bot, redis_url)
             bot.attach()
             tune_gc(settings.gc)
 
@@ -443,6 +465,16 @@ async def serve(settings: AppSettings, *, stop: StopRequest | None = None,
             await client.close()
     log.info("stopped")
     return 0
+
+
+def _scale_out() -> ModuleType:
+    """The Redis wiring, imported only when configured: redis-py is an optional extra."""
+    try:
+        from . import scale_out
+    except ImportError as exc:
+        raise StartupError("TURN_REDIS_URL is set but redis-py is missing: "
+                           "pip install 'turn-engine[redis]'") from exc
+    return scale_out
 
 
 def _raise_startup_failure(task: asyncio.Task[None]) -> None:

@@ -29,6 +29,7 @@ from fsm.engine.locks import ChannelLock, ChannelLockRegistry
 
 from ..channel_queue import (
     DEFAULT_MAX_QUEUED,
+    DEFAULT_REFUSAL_WINDOW_S,
     DEFAULT_STALE_GRACE_S,
     QUEUE_FULL_TEXT,
     STOPPING_TEXT,
@@ -120,6 +121,7 @@ class RedisChannelQueue(Generic[M]):
         worker_id: str | None = None,
         prefix: str = DEFAULT_PREFIX,
         stale_grace_s: float = DEFAULT_STALE_GRACE_S,
+        refusal_window_s: float = DEFAULT_REFUSAL_WINDOW_S,
         owns_redis: bool = False,
     ) -> None:
         if max_queued < 0:
@@ -135,6 +137,7 @@ class RedisChannelQueue(Generic[M]):
         self.worker_id = worker_id if worker_id is not None else default_worker_id()
         self.prefix = prefix
         self.stale_grace_s = stale_grace_s
+        self.refusal_window_s = max(1.0, refusal_window_s)
         self._owns_redis = owns_redis
         self._closing = False
         self.keeper = LeaseKeeper(redis, prefix, self.timings, on_lost=self._stop_turn,
@@ -194,7 +197,7 @@ class RedisChannelQueue(Generic[M]):
             reply = await self._submit(args=[
                 self.prefix, channel_id, record.to_json(), f"message:{record.message_id}",
                 self.worker_id, token, self.timings.ttl_ms, self.max_queued, record.author,
-                DEDUP_TTL_S])
+                DEDUP_TTL_S, int(self.refusal_window_s)])
         except (RedisError, OSError) as exc:
             log.error("channel %s: queue unreachable (%s)", channel_id, type(exc).__name__)
             return Submission("unavailable", refusal=UNAVAILABLE_TEXT)
@@ -206,7 +209,8 @@ class RedisChannelQueue(Generic[M]):
         if status == "stopping":
             return Submission("stopping", refusal=STOPPING_TEXT)
         if status == "full":
-            return Submission("full", position=int(reply[1]), refusal=QUEUE_FULL_TEXT)
+            text = QUEUE_FULL_TEXT if int(reply[2]) else None  # spam spends no send budget
+            return Submission("full", position=int(reply[1]), refusal=text)
         if status == "queued":
             self._remember(message, record)
             return Submission("queued", position=int(reply[1]))

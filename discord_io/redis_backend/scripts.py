@@ -10,6 +10,7 @@ Keys, under a prefix `P` (default `turn:`), for a channel `C`:
 - `P chain:C` — follow-up interrupts counted while C stays busy (S17 across processes).
 - `P leases` — sorted set C -> lease expiry (ms, Redis clock), where takeover looks.
 - `P seen:ID` — a delivered message or interaction id, for deduplication.
+- `P refused:C:U` — user U was told C's queue is full (one polite refusal per window).
 - channel `P worker:W` — pub/sub of worker W: {"op": "kill"|"follow_up", ...}.
 
 Times come from the Redis server's clock (`TIME`), so workers' clocks never disagree about
@@ -40,7 +41,9 @@ SUBMIT = (
     _NOW
     + _START_TURN
     + """
--- ARGV: prefix, channel, record, dedup id, worker, token, ttl_ms, max_queued, author, dedup_s
+-- ARGV: prefix, channel, record, dedup id, worker, token, ttl_ms, max_queued, author, dedup_s,
+-- refusal window (s). A full queue answers {'full', waiting, 1 for the sender's first refusal
+-- in the window, else 0}.
 local p, ch, record = ARGV[1], ARGV[2], ARGV[3]
 local ttl, max_queued = tonumber(ARGV[7]), tonumber(ARGV[8])
 if not redis.call('SET', p .. 'seen:' .. ARGV[4], '1', 'NX', 'EX', ARGV[10]) then
@@ -52,7 +55,11 @@ if redis.call('EXISTS', lease) == 1 then
   local held = redis.call('HMGET', lease, 'stop', 'worker', 'author')
   if held[1] == '1' then return {'stopping'} end
   local waiting = redis.call('LLEN', queue)
-  if waiting >= max_queued then return {'full', waiting} end
+  if waiting >= max_queued then
+    local first = redis.call('SET', p .. 'refused:' .. ch .. ':' .. ARGV[9], '1', 'NX', 'EX',
+                             ARGV[11])
+    return {'full', waiting, first and 1 or 0}
+  end
   redis.call('RPUSH', queue, record)
   if held[3] == ARGV[9] then
     redis.call('PUBLISH', p .. 'worker:' .. held[2],
