@@ -13,7 +13,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import concurrency, full_bot, growth, over_http, peers, per_chunk, per_turn, splitter
+from . import (
+    concurrency,
+    full_bot,
+    growth,
+    over_http,
+    peers,
+    per_chunk,
+    per_turn,
+    redis_scale,
+    splitter,
+)
 from .common import Section, machine_info
 from .report import render
 
@@ -25,6 +35,8 @@ FULL: dict[str, dict[str, Any]] = {
     "over_http": {"chunks": 20_000, "repeats": 5},
     "growth": {"sizes": growth.SIZES, "repeats": 3, "min_turns": 2000, "repeats_large": 1},
     "full_bot": {"sizes": full_bot.SIZES, "profile_largest": True},
+    "redis_scale": {"kill_rounds": 300, "leases": 1000, "renewals": 50, "turns": 1000,
+                    "channels": 100, "repeats": 3},
     "splitter": {},
 }
 QUICK: dict[str, dict[str, Any]] = {
@@ -35,6 +47,8 @@ QUICK: dict[str, dict[str, Any]] = {
     "over_http": {"chunks": 2_000, "repeats": 2},
     "growth": {"sizes": (1, 10, 100), "repeats": 1, "min_turns": 100},
     "full_bot": {"sizes": full_bot.QUICK_SIZES, "profile_largest": False},
+    "redis_scale": {"kill_rounds": 20, "leases": 100, "renewals": 5, "turns": 100,
+                    "channels": 10, "repeats": 1},
     "splitter": {"before_sizes": (4096, 8192), "after_sizes": (4096, 16384),
                  "stall_size": 65536, "before_stall_size": 8192, "repeats": 1},
 }
@@ -46,6 +60,7 @@ RUNNERS: dict[str, Callable[..., Section]] = {
     "over_http": over_http.measure,
     "growth": growth.measure,
     "full_bot": full_bot.measure,
+    "redis_scale": redis_scale.measure,
     "splitter": splitter.measure,
 }
 
