@@ -39,7 +39,7 @@ DEFAULT_CLOSE_GRACE_S = 5.0
 MAX_REACTORS = 100
 EMBED_TITLE_LIMIT = 256
 EMBED_DESCRIPTION_LIMIT = 4096
-FEED_SLICE = 8192
+FEED_SLICE = 4096
 """Characters of one text delta fed to the splitter between two yields to the event loop."""
 
 NOTICE_COLOURS: dict[NoticeKind, int] = {
