@@ -3,8 +3,13 @@
 Pure and synchronous, so the rules are testable without Discord. Boundaries, best first: a
 paragraph break or the end of a closed code block, a newline, a space, a hard cut. A code
 block is only split when a message cannot hold it: the message then closes the fence and the
-next one reopens it with the same language. Lengths are counted in UTF-16 code units, which
-never under-counts Discord's 2,000-character limit.
+next one reopens it with the same language. Fences are read as Discord reads them: every
+triple backtick opens or closes a block, mid-line or indented in a list item too. Lengths
+are counted in UTF-16 code units, which never under-counts Discord's 2,000-character limit.
+
+Cost is linear in the text: a cut only looks at the next message's worth of the buffer and
+prices its candidate cuts without building them, so one huge delta costs what its pieces
+would (the caller still feeds it in slices so that the event loop runs in between).
 """
 
 from __future__ import annotations

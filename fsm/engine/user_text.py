@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from functools import cache
+from functools import cache, lru_cache
 
 NEUTRAL_OPENER = "\u27e6"
 """What a directive look-alike's opening bracket becomes (MATHEMATICAL WHITE SQUARE BRACKET)."""
@@ -41,6 +41,8 @@ def _openers() -> str:
         if unicodedata.category(char) == "Ps" or unicodedata.normalize("NFKC", char) in "<[({":
             found.append(char)
     return "".join(found).replace(NEUTRAL_OPENER, "")
+
+
 _WORDS = (
     "system", "sys", "developer", "dev", "assistant", "engine", "directive", "tool",
     "metadata", "note", "notice", "admin", "administrator", "moderator", "operator",
@@ -63,7 +65,7 @@ def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
     return re.compile(brackets), re.compile(lookalike)
 
 
-@cache
+@lru_cache(maxsize=4096)
 def _ascii_lookalike(char: str) -> str:
     """The ASCII letter or digit `char` is confusable with, or `char` itself."""
     if char.isascii():
