@@ -43,6 +43,9 @@ class Lease:
     valid_until: float
     lost: bool = False
     stop: bool = False
+    popping: bool = False
+    """The owner is popping the next turn or releasing: that answer, not a renewal's, says
+    whether the lease goes on."""
 
     def held(self, now: float) -> bool:
         """Whether this worker may still act for the channel (send, start a turn)."""
@@ -139,7 +142,7 @@ class LeaseKeeper:
             None if first_expiry_ms < 0 else max(0.0, (first_expiry_ms - now_ms) / 1000)
         )
         for lease, status in zip(leases, statuses, strict=True):
-            if lease.lost or self._leases.get(lease.channel_id) is not lease:
+            if lease.lost or lease.popping or self._leases.get(lease.channel_id) is not lease:
                 continue  # released while the renewal was on its way: its answer is moot
             if int(status) == 0:
                 self.lose(lease, "renewal refused: another worker owns the channel")

@@ -317,6 +317,7 @@ class RedisChannelQueue(Generic[M]):
             if lease.lost:
                 return None
             sent_at = loop.time()
+            lease.popping = True
             try:
                 reply = await self._pop_next(args=[self.prefix, lease.channel_id, lease.token,
                                                    self.timings.ttl_ms, interrupts])
@@ -328,6 +329,8 @@ class RedisChannelQueue(Generic[M]):
                     self.keeper.lose(lease, "Redis unreachable")
                     return None
                 await asyncio.sleep(min(self.timings.renew_every_s / 4, 0.25))
+            finally:
+                lease.popping = False
         status = _text(reply[0])
         if status == "lost":
             self.keeper.lose(lease, "another worker took the channel over")
