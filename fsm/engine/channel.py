@@ -106,7 +106,12 @@ class TurnChannel(Protocol):
     """The channel a turn replies in.
 
     A channel that buffers may also expose `delivered_text: str`, everything it has really
-    sent so far; the turn then reports that, not what it handed over, as delivered (D2)."""
+    sent so far; the turn then reports that, not what it handed over, as delivered (D2). A
+    channel may also offer `async cleanup() -> int` (delete what it delivered, for
+    `superseded_output: delete`, G1) and `async post_thoughts(channel_id, owner, text)`
+    (the thought log's channel destination, T8); the generation turn uses them when they
+    exist. A send refused for the destination itself raises `DestinationUnavailable` (G3);
+    a channel that bounds the reply in messages raises `DeliveryCapReached` (D5)."""
 
     async def deliver(self, text: str) -> None:
         """Stream visible text to the channel (may buffer to natural boundaries)."""

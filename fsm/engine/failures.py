@@ -30,7 +30,7 @@ there is nowhere to post it (G3)."""
 
 _AUTH_TYPES = frozenset({
     "authentication_error", "permission_error", "invalid_api_key", "unauthenticated",
-    "permission_denied", "invalid_request_error_auth",
+    "permission_denied",
 })
 _RATE_TYPES = frozenset({
     "rate_limit_error", "rate_limit_exceeded", "insufficient_quota", "resource_exhausted",
