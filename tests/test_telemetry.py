@@ -298,7 +298,8 @@ def test_kill_latency_counts_from_the_stop_request() -> None:
         pass_results=(), stop_requested_at=None, status=None, error=None)
     follower.on_transition(turn, 0.0, "begin", "Preparing", "AwaitingFirstToken")
     turn.stop_requested_at, turn.status = 4.5, "stopped_by_user"
-    follower.on_transition(turn, 6.0, "kill", "AwaitingFirstToken", "Stopped")
+    turn.elapsed = 6.0  # the driver reached the kill 1.5 s after it was asked for
+    follower.on_transition(turn, 4.5, "kill", "AwaitingFirstToken", "Stopped")
     samples = _samples(metrics.exposition().decode())
     assert samples[("turn_engine_kill_latency_seconds_sum", ())] == 1.5
     assert samples[("turn_engine_kill_latency_seconds_count", ())] == 1

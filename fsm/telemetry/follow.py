@@ -81,7 +81,8 @@ class PassFacts:
 
 @dataclass(frozen=True, slots=True)
 class TurnEnd:
-    """How the turn ended; `kill_latency` is the seconds from the stop request to Stopped."""
+    """How the turn ended; `kill_latency` is the seconds from the stop request to the moment
+    the turn reached Stopped (by the clock, not the transition's input-arrival time)."""
 
     state: str
     status: str
@@ -170,8 +171,10 @@ class TurnFollower:
         followed.state, followed.entered = dest, t
         if dest in TERMINAL_NAMES:
             del self._turns[id(turn)]
+            # The transition's time is when its input arrived (the kill's, for replay), so
+            # the latency is read from the clock now, as the turn reaches Stopped.
             asked = turn.stop_requested_at
-            latency = max(0.0, t - asked) if asked is not None and \
+            latency = max(0.0, turn.elapsed - asked) if asked is not None and \
                 dest == State.STOPPED.value else None
             end = TurnEnd(dest, turn.status or "error", t, event, len(turn.pass_results),
                           turn.error, latency)
