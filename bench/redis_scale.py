@@ -11,7 +11,8 @@ worker processes run `discord_io.redis_backend.RedisChannelQueue`.
 - *throughput*: `turns` typical engine turns (bench.workload: 100 chunks, two tools) over
   `channels` channels, in one process with the in-process queue, then through Redis with one
   and with two worker processes (each receives every other message of each channel, as two
-  gateway sessions would). Wall time from "go" to the last turn's end.
+  gateway sessions would). Wall time from "go" to the last turn's end, and the CPU time of
+  the processes that ran turns (on a shared machine the CPU figure is the steadier one).
 """
 
 from __future__ import annotations
@@ -210,7 +211,7 @@ async def _upkeep(url: str, leases: int, renewals: int) -> dict[str, float]:
             "server_cpu_ms": server / renewals * 1000}
 
 
-async def _local_throughput(turns: int, channels: int) -> float:
+async def _local_throughput(turns: int, channels: int) -> dict[str, float]:
     from discord_io.channel_queue import ChannelQueue
     from fsm.engine.locks import ChannelLock
     from fsm.engine.turn import Turn
@@ -230,13 +231,13 @@ async def _local_throughput(turns: int, channels: int) -> float:
         done += 1
 
     queue: ChannelQueue[str] = ChannelQueue(engine.locks, run_turn, max_queued=turns)
-    started = time.perf_counter()
+    started, cpu0 = time.perf_counter(), time.process_time()
     for n in range(turns):
         queue.submit(f"t{n % channels}", f"tm{n}")
     for c in range(channels):
         await queue.join(f"t{c}")
     assert done == turns
-    return time.perf_counter() - started
+    return {"wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu0}
 
 
 async def _redis_throughput(url: str, workers: int, turns: int, channels: int
@@ -290,9 +291,11 @@ def measure(kill_rounds: int = 300, leases: int = 1000, renewals: int = 50,
         upkeep = asyncio.run(_upkeep(url, leases, renewals))
         _progress("throughput")
         runs: dict[str, list[float]] = {"local": [], "redis_1": [], "redis_2": []}
-        cpu: dict[str, list[float]] = {"redis_1": [], "redis_2": []}
+        cpu: dict[str, list[float]] = {"local": [], "redis_1": [], "redis_2": []}
         for _ in range(repeats):
-            runs["local"].append(asyncio.run(_local_throughput(turns, channels)))
+            local = asyncio.run(_local_throughput(turns, channels))
+            runs["local"].append(local["wall_s"])
+            cpu["local"].append(local["cpu_s"])
             for workers in (1, 2):
                 figures = asyncio.run(_redis_throughput(url, workers, turns, channels))
                 runs[f"redis_{workers}"].append(figures["wall_s"])
@@ -316,10 +319,16 @@ def measure(kill_rounds: int = 300, leases: int = 1000, renewals: int = 50,
                 note=f"{rates['redis_1'] / rates['local']:.2f}× in-process")
     section.add("throughput, Redis queue, two worker processes", rates["redis_2"], "turns/s",
                 note=f"{rates['redis_2'] / rates['redis_1']:.2f}× one worker")
+    per_turn = {k: median(v) / turns * 1000 for k, v in cpu.items()}
+    section.add("CPU per turn, in-process queue", per_turn["local"], "ms",
+                note="the turn itself: 100 chunks, two tools")
+    section.add("CPU per turn, Redis queue (all workers)", per_turn["redis_2"], "ms",
+                note=f"{per_turn['redis_2'] / per_turn['local']:.2f}× in-process; "
+                     f"one worker {per_turn['redis_1']:.2f} ms")
     section.details.update({
         "kill_ms": latencies, "upkeep": upkeep, "throughput_wall_s": runs,
-        "throughput_worker_cpu_s": cpu, "turns": turns, "channels": channels,
-        "redis_cpu_per_turn_ms": {k: median(v) / turns * 1000 for k, v in cpu.items()},
+        "throughput_cpu_s": cpu, "turns": turns, "channels": channels,
+        "cpu_per_turn_ms": per_turn,
     })
     return section
 

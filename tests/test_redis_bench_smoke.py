@@ -17,7 +17,7 @@ def test_redis_scale_runs_and_reports_every_figure() -> None:
     section = redis_scale.measure(kill_rounds=3, leases=20, renewals=2, turns=20, channels=4,
                                   repeats=1)
     names = [fig.name for fig in section.figures]
-    assert len(names) == 8 and any("p99" in name for name in names)
+    assert len(names) == 10 and any("p99" in name for name in names)
     for fig in section.figures:
         assert math.isfinite(fig.value) and fig.value >= 0, fig
         assert (fig.goal is None) == (fig.met is None), fig

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_TTL_S = 10.0
 DEFAULT_RENEW_EVERY_S = 3.0
+RENEW_BATCH = 200
 SAFETY_SHARE = 0.8
 """The share of the lifetime a lease is trusted locally after a renewal was sent: the rest
 absorbs clock-rate differences between this host and Redis."""
@@ -119,11 +120,19 @@ class LeaseKeeper:
         self._on_lost(lease)
 
     async def renew_all(self) -> None:
-        """One renewal of every lease held; Redis errors leave the leases to expire locally.
-        A lease already past its local validity (the process was paused) is lost first:
-        renewing it now could succeed after another worker saw it lapse."""
+        """One renewal of every lease held, `RENEW_BATCH` per script call so a kill or a
+        chunk never waits behind a thousand leases' worth of encoding. Redis errors leave
+        the leases to expire locally. A lease already past its local validity (the process
+        was paused) is lost first: renewing it now could succeed after another worker saw it
+        lapse."""
         self.expire_overdue()
         leases = [lease for lease in self._leases.values() if not lease.lost]
+        for start in range(0, max(len(leases), 1), RENEW_BATCH):
+            if not await self._renew_batch(leases[start:start + RENEW_BATCH]):
+                break
+        self.expire_overdue()
+
+    async def _renew_batch(self, leases: list[Lease]) -> bool:
         args: list[str | int] = [self._prefix, self.timings.ttl_ms]
         for lease in leases:
             args += [lease.channel_id, lease.token]
@@ -134,8 +143,7 @@ class LeaseKeeper:
         except (RedisError, OSError, TimeoutError) as exc:
             self.failures += 1
             log.warning("lease renewal failed: %s", type(exc).__name__)
-            self.expire_overdue()
-            return
+            return False
         self.renewals += 1
         now_ms, first_expiry_ms, statuses = int(reply[0]), int(reply[1]), reply[2:]
         self.next_expiry_in_s = (
@@ -151,7 +159,7 @@ class LeaseKeeper:
             if int(status) == 2 and not lease.stop:
                 lease.stop = True
                 self._on_stop(lease)
-        self.expire_overdue()
+        return True
 
     def expire_overdue(self) -> None:
         """Leases whose local validity ran out (no renewal got through in time) are lost."""
