@@ -9,9 +9,10 @@ import subprocess
 
 from engine_support import ROOT
 
-# Absolute paths a file may legitimately name: the OS's own, never a checkout or a home.
+# Absolute paths into a machine's checkouts or homes; system and container paths (/proc,
+# /opt/turn-engine in the Dockerfile) are not references outside the checkout.
 SIBLING = "." + "./" + "shared"
-OUTSIDE = re.compile(re.escape(SIBLING) + r"|(?<![\w.])/(?:work|home|root|Users|mnt|srv|opt)/")
+OUTSIDE = re.compile(re.escape(SIBLING) + r"|(?<![\w.])/(?:work|home|root|Users|mnt)/")
 BINARY_SUFFIXES = {".png", ".gguf", ".gif", ".jpg", ".webp", ".ico"}
 
 
