@@ -24,16 +24,47 @@ import json
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import WSMsgType, web
 
 from .spec_validation import SpecViolation, shared_validator
 
-if TYPE_CHECKING:
-    from .emulator import DiscordEmulator
-
 JsonDict = dict[str, Any]
+
+
+class EmulatedWorld(Protocol):
+    """What the gateway reads and seeds of the emulator's world (`DiscordEmulator` is one)."""
+
+    token: str
+    validate: bool
+    bot: JsonDict
+    bot_id: int
+    application_id: int
+    guild_id: int
+    alice_id: int
+    users: dict[int, JsonDict]
+    guilds: dict[int, JsonDict]
+    channels: dict[int, JsonDict]
+    messages: dict[int, dict[int, JsonDict]]
+    roles: dict[int, JsonDict]
+    spec_violations: list[SpecViolation]
+
+    def now(self) -> float: ...
+
+    def next_id(self) -> int: ...
+
+    def timestamp_of(self, snowflake: int) -> str: ...
+
+    def add_message(self, channel_id: int, author_id: int, content: str, *,
+                    mentions: Iterable[int] = (), reply_to: int | None = None) -> JsonDict: ...
+
+    def add_reaction(self, message_id: int, emoji: str, user_id: int) -> None: ...
+
+    def member_payload(self, user_id: int) -> JsonDict: ...
+
+    def slash_command_payload(self, name: str, *, channel_id: int | None = None,
+                              user_id: int | None = None, guild: bool = True) -> JsonDict: ...
 
 GATEWAY_PATH = "/gateway-ws"
 HEARTBEAT_INTERVAL_MS = 41_250
@@ -131,7 +162,7 @@ class _Connection:
 class Gateway:
     """The gateway half of a `DiscordEmulator` (reach it as ``emulator.gateway``)."""
 
-    def __init__(self, emulator: DiscordEmulator) -> None:
+    def __init__(self, emulator: EmulatedWorld) -> None:
         self._emu = emulator
         self.token: str | None = None
         """The token IDENTIFY must carry; None: the emulator's (set another to get 4004)."""
