@@ -293,6 +293,27 @@ async def test_redis_down_stops_running_turns_and_refuses_new_ones_clearly(
         await b.queue.join("c2")
 
 
+async def test_drain_lets_the_turn_end_and_leaves_the_queue_to_others(
+        redis_server: RedisServer) -> None:
+    # covers D4: a worker shutting down gently finishes (here: lets end) its turn but starts
+    # no next one; the channel's queue goes to another worker, in order
+    async with two_workers(redis_server) as (a, b, log):
+        await a.queue.submit("c1", Msg("m1", "c1"))
+        await a.wait_started("m1")
+        await b.queue.submit("c1", Msg("m2", "c1", author="2"))
+        await b.queue.submit("c1", Msg("m3", "c1", author="3"))
+        draining = asyncio.create_task(a.queue.drain(30.0))
+        a.release("m1")
+        await draining
+        assert log == [("start", "m1"), ("end", "m1")]
+        assert await b.queue.take_over() == 1
+        for message_id in ("m2", "m3"):
+            await b.wait_started(message_id)
+            b.release(message_id)
+        await b.queue.join("c1")
+        assert [m for e, m in log if e == "start"] == ["m1", "m2", "m3"]
+
+
 @pytest.mark.looptime
 async def test_unrenewed_lease_is_lost_at_its_local_deadline(tmp_path: Path) -> None:
     # covers S7: a worker that cannot reach Redis gives its lease up at 80 % of the lifetime

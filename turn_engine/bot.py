@@ -45,7 +45,7 @@ from fsm.engine.locks import ChannelLock, ChannelLockRegistry
 from fsm.engine.prefill import TurnRequest
 from fsm.engine.stash import ContextStash
 from fsm.engine.tools import Tool, ToolRegistry
-from fsm.engine.turn import Turn
+from fsm.engine.turn import Turn, TurnObserver
 from fsm.review.journal import JournalRecorder
 from providers import build_provider
 
@@ -55,10 +55,12 @@ from .persona import Persona
 from .settings import AppSettings, ConfigurationError, JournalSettings, ToolSettings
 from .shutdown import StopRequest
 from .startup import StartupError, describe_failure, invite_url
+from .telemetry import build_telemetry, start_telemetry, with_telemetry
 from .turn_log import log_turn_end
 
 if TYPE_CHECKING:
     from discord_io.redis_backend.queue import RedisChannelQueue
+    from fsm.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,8 @@ class TurnBot:
         journal_dir: Path | None = None,
         journals: JournalStore | None = None,
         recent_results: int = 100,
+        observer: TurnObserver | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.client = client
         self.attempts = list(attempts)
@@ -126,6 +130,10 @@ class TurnBot:
         """The Redis queue when the bot runs as many processes (`scale_out.attach_scale_out`)."""
         self._channels: set[str] = set()
         """Channels that have had a turn: where shutdown looks for running ones."""
+        self.telemetry = telemetry
+        """Traces and metrics (`TURN_TELEMETRY__*`), started and closed with the bot."""
+        self.observer = with_telemetry(observer, telemetry)
+        """What every turn's transitions are told to: `observer` and telemetry's."""
 
     @property
     def bot_id(self) -> int:
@@ -139,6 +147,7 @@ class TurnBot:
         self.client.event(self.on_message)
 
     async def start(self) -> None:
+        await start_telemetry(self.telemetry, self.queue.waiting)
         self.sweeper.start()
         if self.scale_out is not None:
             await self.scale_out.start()
@@ -155,6 +164,8 @@ class TurnBot:
         await self.queue.aclose()
         if self.scale_out is not None:
             await self.scale_out.aclose()
+        if self.telemetry is not None:
+            await self.telemetry.aclose()  # after the turns: their last spans are flushed
 
     async def shutdown(self, grace_s: float) -> None:
         """Stop admitting, drop the queues, kill the running turns (they keep what they
@@ -164,6 +175,8 @@ class TurnBot:
         for channel_id in sorted(self._channels):
             dropped += self.queue.clear(channel_id)
             self.locks.request_stop(channel_id)
+        if self.scale_out is not None:
+            await self.scale_out.drain(grace_s)  # what is queued goes to the other workers
         busy = [c for c in sorted(self._channels) if self.queue.busy(c)]
         log.info("shutting down: %d running turn(s) stopped, %d queued message(s) dropped",
                  len(busy), dropped)
@@ -237,7 +250,8 @@ class TurnBot:
                                   owner=self.client.user.name if self.client.user else "bot")
             result = await run_generation_turn(
                 self.attempts, channel=channel, locks=self.locks, lock=lock, request=request,
-                config=self.config, tools=self.tools, stash=self.stash, on_attempt=on_attempt)
+                config=self.config, tools=self.tools, stash=self.stash, on_attempt=on_attempt,
+                observer=self.observer)
             self.results.append(result)
         finally:
             self._carry_interrupts(channel_id, lock)
@@ -405,7 +419,8 @@ def build_bot(client: discord.Client, settings: AppSettings, session: aiohttp.Cl
         attachments=AttachmentReader(fetcher, AttachmentPolicy(
             vision=a.vision, max_images=a.max_images, max_image_bytes=a.max_image_bytes,
             inline_text=a.inline_text, max_text_chars=a.max_text_chars)),
-        tools=tools, journals=JournalStore(settings.journals))
+        tools=tools, journals=JournalStore(settings.journals),
+        telemetry=build_telemetry(settings.telemetry))
 
 
 def run_bot(settings: AppSettings) -> int:

@@ -140,6 +140,8 @@ class RedisChannelQueue(Generic[M]):
         self.refusal_window_s = max(1.0, refusal_window_s)
         self._owns_redis = owns_redis
         self._closing = False
+        self._draining = False
+        self._closed = False
         self.keeper = LeaseKeeper(redis, prefix, self.timings, on_lost=self._stop_turn,
                                   on_stop=self._stop_turn)
         self.inbox = WorkerInbox(redis, f"{prefix}worker:{self.worker_id}",
@@ -167,9 +169,22 @@ class RedisChannelQueue(Generic[M]):
         if self._upkeep is None:
             self._upkeep = asyncio.create_task(self._run_upkeep(), name="lease-upkeep")
 
+    async def drain(self, grace_s: float) -> None:
+        """Shut down gently: the running turns end (the caller stopped them), no next turn
+        starts here, and each lease goes back as its turn ends, so the other workers run what
+        is queued. Then `aclose`."""
+        self._draining = True
+        workers = list(self._workers.values())
+        if workers:
+            await asyncio.wait(workers, timeout=grace_s)
+        await self.aclose()
+
     async def aclose(self) -> None:
         """Stop every local turn and hand the leases back (what is queued stays queued for
-        another worker)."""
+        another worker). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         upkeep, self._upkeep = self._upkeep, None
         if upkeep is not None:
             upkeep.cancel()
@@ -266,6 +281,9 @@ class RedisChannelQueue(Generic[M]):
         try:
             while True:
                 interrupts = await self._run_record(lease, record, chain)
+                if self._draining:
+                    await self._give_back([lease])
+                    return
                 step = await self._next(lease, interrupts)
                 if step is None:
                     return

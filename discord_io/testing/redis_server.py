@@ -3,16 +3,19 @@ unix socket in a directory of the caller's, stopped (or restarted) on request, n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 READY_LINE = b"ready to accept connections"
 START_TIMEOUT_S = 20.0
@@ -26,6 +29,7 @@ class RedisServer:
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
     log: list[bytes] = field(default_factory=list)
+    _reader: threading.Thread | None = field(default=None, repr=False)
 
     @property
     def socket_path(self) -> Path:
@@ -59,6 +63,15 @@ class RedisServer:
                 raise RuntimeError(f"redis-server exited: {buffered.decode(errors='replace')}")
             buffered += chunk
         self.log.append(buffered)
+        # Keep reading its log: a full pipe would stall the server on its next log line.
+        self._reader = threading.Thread(target=self._drain, args=(self.process.stdout,),
+                                        daemon=True)
+        self._reader.start()
+
+    def _drain(self, stream: IO[bytes]) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while chunk := os.read(stream.fileno(), 4096):
+                self.log.append(chunk)
 
     def stop(self) -> None:
         """Stop the server (its data is gone: no persistence) and wait for it to exit."""
@@ -71,9 +84,11 @@ class RedisServer:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=START_TIMEOUT_S)  # the pipe is at its end: it exited
+            self._reader = None
         if process.stdout is not None:
             process.stdout.close()
-
 
 
 @contextmanager
