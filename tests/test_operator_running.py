@@ -85,6 +85,7 @@ def test_the_turn_end_line_has_what_an_operator_needs() -> None:
     assert "tokens=unknown" in turn_end_line("42", "99", _result("timeout", "TimedOut", [None]),
                                              1)
     assert "status=failed" in turn_end_line("42", "99", None, 0.5)
+    assert "state=- status=cancelled" in turn_end_line("42", "99", None, 0.5, "cancelled")
 
 
 def _write(store: JournalStore, name: str, size: int, mtime: float) -> Path:

@@ -233,6 +233,7 @@ class TurnBot:
         turns: list[tuple[Turn, JournalRecorder]] = []
         items: list[dict[str, Any]] = []
         result: GenerationResult | None = None
+        failure = "failed"
 
         def on_attempt(turn: Turn) -> None:
             self.current[channel_id] = (turn, message.author.id)
@@ -253,6 +254,12 @@ class TurnBot:
                 config=self.config, tools=self.tools, stash=self.stash, on_attempt=on_attempt,
                 observer=self.observer)
             self.results.append(result)
+        except asyncio.CancelledError:
+            failure = "cancelled"
+            raise
+        except Exception as exc:
+            failure = f"failed:{type(exc).__name__}"
+            raise
         finally:
             self._carry_interrupts(channel_id, lock)
             self.current.pop(channel_id, None)
@@ -261,7 +268,7 @@ class TurnBot:
             await channel.aclose()
             self._write_journals(turns, items_of=message)
             log_turn_end(log, channel_id, str(message.id), result,
-                         asyncio.get_running_loop().time() - started)
+                         asyncio.get_running_loop().time() - started, failure=failure)
 
     async def _context(self, message: discord.Message) -> list[dict[str, Any]]:
         """The dialogue the model sees: the policy's messages, minus those waiting for a turn

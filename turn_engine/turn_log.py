@@ -26,9 +26,11 @@ def _tokens(result: GenerationResult) -> str:
 
 
 def turn_end_line(channel_id: str, turn_id: str, result: GenerationResult | None,
-                  duration_s: float) -> str:
+                  duration_s: float, failure: str = "failed") -> str:
+    """`failure` is the status of a turn that ended without a result (`cancelled`, or
+    `failed:<exception>`)."""
     if result is None:
-        return (f"turn end channel={channel_id} turn={turn_id} state=- status=failed "
+        return (f"turn end channel={channel_id} turn={turn_id} state=- status={failure} "
                 f"passes=0 duration={duration_s:.1f}s tokens=unknown")
     final = result.attempts[-1]
     passes = sum(len(attempt.passes) for attempt in result.attempts)
@@ -38,8 +40,9 @@ def turn_end_line(channel_id: str, turn_id: str, result: GenerationResult | None
 
 
 def log_turn_end(log: logging.Logger, channel_id: str, turn_id: str,
-                 result: GenerationResult | None, duration_s: float) -> None:
-    line = turn_end_line(channel_id, turn_id, result, duration_s)
+                 result: GenerationResult | None, duration_s: float,
+                 failure: str = "failed") -> None:
+    line = turn_end_line(channel_id, turn_id, result, duration_s, failure)
     if result is None or result.status in ("error", "timeout", "empty_response"):
         log.warning(line)
     else:
