@@ -140,6 +140,10 @@ class ChannelQueue(Generic[M]):
         """The channel's waiting messages, next first."""
         return tuple(self._queues.get(channel_id, ()))
 
+    def waiting(self) -> int:
+        """Messages waiting in every channel (the queue-depth metric, read at each scrape)."""
+        return sum(len(queue) for queue in self._queues.values())
+
     def busy(self, channel_id: str) -> bool:
         return channel_id in self._workers
 

@@ -36,6 +36,7 @@ from providers import build_provider
 from .journals import JournalStore, scenario_history
 from .persona import Persona
 from .settings import AppSettings
+from .telemetry import build_telemetry, running_telemetry, with_telemetry
 
 CHANNEL = "terminal"
 PROMPT = "you> "
@@ -247,7 +248,8 @@ async def _chat(settings: AppSettings, screen: Screen, input_fd: int | None,
     locks = ChannelLockRegistry(stale_age_s=settings.engine.stale_lock_age_s)
     history: list[dict[str, Any]] = []
     channel = TerminalChannel(screen)
-    observer = StderrTransitions(screen)
+    telemetry = build_telemetry(settings.telemetry)
+    observer = with_telemetry(StderrTransitions(screen), telemetry)
     journals = JournalStore(settings.journals)
     persona = Persona(settings.system_prompt, settings.system_prompt_file)
     reader = LineReader(input_fd if input_fd is not None else sys.stdin.fileno())
@@ -255,7 +257,7 @@ async def _chat(settings: AppSettings, screen: Screen, input_fd: int | None,
     models = ", ".join(f"{c.kind}:{c.model}" for c in settings.attempts())
     screen.status(f"Chatting with {models}. Ctrl-C stops a reply; Ctrl-C, Ctrl-D or /quit "
                   "leaves.")
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession() as session, running_telemetry(telemetry):
         attempts = [Attempt(build_provider(config, session), f"{config.kind}:{config.model}")
                     for config in settings.attempts()]
         number = 0

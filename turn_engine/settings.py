@@ -45,6 +45,7 @@ from pydantic_settings import (
 )
 
 from fsm.engine.config import TurnConfig
+from fsm.telemetry.config import TelemetryConfig
 from providers import ProviderConfig
 
 from .gc_tuning import GcSettings
@@ -161,6 +162,9 @@ class AppSettings(BaseSettings):
     journals: JournalSettings = Field(default_factory=JournalSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     gc: GcSettings = Field(default_factory=GcSettings)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """Traces and metrics of turns (`TURN_TELEMETRY__TRACES`, `__METRICS`, ...), each off
+    unless switched on; the packages are an optional extra (fsm/telemetry)."""
     shutdown_grace_s: float = Field(default=10.0, gt=0)
     """How long running replies get to end after SIGTERM or Ctrl-C."""
     redis_url: SecretStr | None = None
