@@ -105,7 +105,7 @@ async def harness(passes: list[list[dict[str, Any]]], tmp_path: Path | None = No
 
 
 async def test_blocked_users_and_roles_get_no_reply_and_allowed_ones_do() -> None:
-    # covers issue 16 item 4: allow and deny lists of users and roles (deny wins)
+    # covers O4: allow and deny lists of users and roles (deny wins)
     async with harness(_answers("hi member", "hi friend")) as h:
         member_role = h.emu.add_role("member")
         muted_role = h.emu.add_role("muted")
@@ -126,7 +126,7 @@ async def test_blocked_users_and_roles_get_no_reply_and_allowed_ones_do() -> Non
 
 
 async def test_channel_lists_and_dms_off() -> None:
-    # covers issue 16 item 4: allowed channels, blocked channels, DMs on or off
+    # covers O4: allowed channels, blocked channels, DMs on or off
     async with harness(_answers("in general")) as h:
         other = h.emu.add_text_channel("random")
         h.client._connection._add_guild_from_data(h.emu.guild_payload())  # type: ignore[arg-type]
@@ -149,7 +149,7 @@ async def test_channel_lists_and_dms_off() -> None:
 
 
 async def test_only_the_requester_moderators_and_kill_roles_may_kill() -> None:
-    # covers D3 with issue 16 item 4: /kill is not for everyone
+    # covers D3 with O4: /kill is not for everyone
     stalled = _answers("Once upon a time.\n\n", "Again.\n\n", "Third.\n\n", "Fourth.\n\n",
                        stall=True)
     async with harness(stalled) as h:
@@ -213,7 +213,7 @@ async def test_a_queued_turn_never_sees_the_messages_waiting_behind_it() -> None
 
 
 async def test_history_fits_its_character_budget_keeping_the_answered_message() -> None:
-    # covers issue 16 item 5: a size budget, oldest dropped first
+    # covers O5: a size budget, oldest dropped first
     async with harness(_answers("ok")) as h:
         h.bot.history = HistoryPolicy(max_messages=50, max_chars=300, max_message_chars=4000)
         old = [await h.say("x" * 100 + f" old {n}", mention=False) for n in range(5)]
@@ -227,7 +227,7 @@ async def test_history_fits_its_character_budget_keeping_the_answered_message() 
 
 
 async def test_reply_chain_mode_sees_only_the_chain() -> None:
-    # covers issue 16 item 5: llmcord's reply chains
+    # covers O5: llmcord's reply chains
     async with harness(_answers("chain answer")) as h:
         h.bot.history = HistoryPolicy(mode="reply_chain", max_messages=10)
         root = await h.say("root question", mention=False)
@@ -246,7 +246,7 @@ async def test_reply_chain_mode_sees_only_the_chain() -> None:
 
 async def test_shutdown_stops_running_turns_keeping_their_text_and_journals(
         tmp_path: Path) -> None:
-    # covers S7 and D3 at shutdown (issue 16 item 8): stop admitting, kill politely, flush
+    # covers S7 and D3 at shutdown (O8): stop admitting, kill politely, flush
     stalled = [[{"at": 1, "text": "Delivered before the stop.\n\n"}, {"at": 2, "text": "more"},
                 {"at": 3, "stall": True}] for _ in range(3)]
     async with harness(stalled, tmp_path) as h:

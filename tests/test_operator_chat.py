@@ -1,4 +1,4 @@
-"""The terminal chat as a person uses it (issue 16 item 10): `python -m turn_engine` with a
+"""The terminal chat as a person uses it (O10): `python -m turn_engine` with a
 provider, in a real pseudo-terminal (pexpect) or with pipes, against loopback model servers.
 Ctrl-C at the prompt leaves cleanly; transition lines never share a line with reply text;
 chat turns are journaled like bot turns; a base_url answering 404 names the URL it tried.
@@ -76,7 +76,7 @@ def _spawn(tmp_path: Path, *providers: str) -> pexpect.spawn:
 
 
 def test_ctrl_c_at_the_prompt_leaves_cleanly(tmp_path: Path) -> None:
-    # covers issue 16 item 10: Ctrl-C at the prompt exits 0 at once, no traceback
+    # covers O10: Ctrl-C at the prompt exits 0 at once, no traceback
     child = _spawn(tmp_path, "http://127.0.0.1:9")
     child.expect_exact("you> ")
     child.sendintr()
@@ -104,7 +104,7 @@ def test_ctrl_c_during_a_reply_stops_it_and_the_chat_goes_on(tmp_path: Path) -> 
 
 
 def test_transition_lines_never_share_a_line_with_the_reply(tmp_path: Path) -> None:
-    # covers issue 16 item 10 with G1 in a terminal: the first model breaks mid-reply, the
+    # covers O10 with G1 in a terminal: the first model breaks mid-reply, the
     # fallback continues; every transition sits on a line of its own
     broken = sse(_chunk("Hello"))  # no finish: the stream ends incomplete
     fine = sse(_chunk(" world."), DONE) + b"data: [DONE]\n\n"
@@ -135,7 +135,7 @@ def test_transition_lines_never_share_a_line_with_the_reply(tmp_path: Path) -> N
 
 @pytest.mark.asyncio
 async def test_a_base_url_answering_404_names_the_url_it_tried(tmp_path: Path) -> None:
-    # covers issue 16 item 10: a wrong base_url is named, not a bare "error"
+    # covers O10: a wrong base_url is named, not a bare "error"
     async with ReplayServer([Send(b"404: Not Found")], status=404,
                             content_type="text/plain") as server:
         proc = await asyncio.create_subprocess_exec(

@@ -1,4 +1,4 @@
-"""Running the bot (issue 16 items 2, 4, 7, 9): log lines with timestamps and levels that
+"""Running the bot (O2, O4, O7, O9): log lines with timestamps and levels that
 never carry a secret; the turn-end line with its tokens; journal retention by count, age and
 size, and journals off; the persona file with {date} and {time}, re-read when it changes;
 the enrichment tools on, off or listed. Pure units plus one `python -m turn_engine` run."""
@@ -48,7 +48,7 @@ def log_stream() -> io.StringIO:
 
 def test_log_lines_are_timestamped_levelled_and_never_hold_a_secret(
         log_stream: io.StringIO) -> None:
-    # covers issue 16 item 7: timestamps, level setting, no secrets (args and tracebacks too)
+    # covers O7: timestamps, level setting, no secrets (args and tracebacks too)
     log = logging.getLogger("turn_engine.test")
     log.info("connecting with %s", SECRET)
     log.debug("not shown at INFO")
@@ -76,7 +76,7 @@ def _result(status: str, state: str, usages: list[dict[str, int] | None]) -> Gen
 
 
 def test_the_turn_end_line_has_what_an_operator_needs() -> None:
-    # covers issue 16 item 7: channel, turn id, terminal state, status, passes, duration,
+    # covers O7: channel, turn id, terminal state, status, passes, duration,
     # tokens if known
     usage = [{"input_tokens": 100, "output_tokens": 7}, {"input_tokens": 120, "output_tokens": 30}]
     assert turn_end_line("42", "99", _result("completed", "Done", usage), 3.25) == (
@@ -96,7 +96,7 @@ def _write(store: JournalStore, name: str, size: int, mtime: float) -> Path:
 
 
 def test_journals_are_pruned_by_count_age_and_size(tmp_path: Path) -> None:
-    # covers issue 16 item 9: retention by count, age and bytes; oldest go first
+    # covers O9: retention by count, age and bytes; oldest go first
     now = 1_000_000.0
     by_count = JournalStore(JournalSettings(dir=str(tmp_path / "c"), max_files=2),
                             clock=lambda: now)
@@ -123,13 +123,13 @@ def test_journals_are_pruned_by_count_age_and_size(tmp_path: Path) -> None:
 
 
 def test_journals_can_be_turned_off(tmp_path: Path) -> None:
-    # covers issue 16 item 9: journals off writes nothing at all
+    # covers O9: journals off writes nothing at all
     store = JournalStore(JournalSettings(dir=str(tmp_path / "off"), enabled=False))
     assert store.write("x", {"a": 1}) is None and not (tmp_path / "off").exists()
 
 
 def test_persona_file_fills_date_and_time_and_is_reread(tmp_path: Path) -> None:
-    # covers issue 16 item 4: a persona from a file with {date} and {time}
+    # covers O4: a persona from a file with {date} and {time}
     moment = datetime.datetime(2026, 12, 1, 15, 4, tzinfo=datetime.UTC)
     persona_file = tmp_path / "persona.txt"
     persona_file.write_text("You are Aria. Today is {date}, {time}. Keep {braces} as they are.")
@@ -145,7 +145,7 @@ def test_persona_file_fills_date_and_time_and_is_reread(tmp_path: Path) -> None:
 
 
 def test_enrichment_tools_on_off_or_listed() -> None:
-    # covers issue 16 item 4: the tools per operator setting; a typo in a name is refused
+    # covers O4: the tools per operator setting; a typo in a name is refused
     tools = EnrichmentTools(MediaFetcher(), lambda _id: asyncio.sleep(0)).tools()  # type: ignore[arg-type, return-value]
     names = [t.name for t in tools]
     assert [t.name for t in select_tools(tools, ToolSettings())] == names
@@ -158,7 +158,7 @@ def test_enrichment_tools_on_off_or_listed() -> None:
 
 @pytest.mark.asyncio
 async def test_a_token_without_a_provider_is_one_line_at_start_up(tmp_path: Path) -> None:
-    # covers issue 16 item 2: today the demo played and said no token was configured
+    # covers O2: today the demo played and said no token was configured
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("TURN_")}
     env.update(PYTHONPATH=str(ROOT), TURN_DISCORD_TOKEN=SECRET)
     proc = await asyncio.create_subprocess_exec(

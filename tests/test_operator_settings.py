@@ -1,4 +1,4 @@
-"""The configuration an operator writes (issue 16 item 3): a TOML file beside the environment
+"""The configuration an operator writes (O3): a TOML file beside the environment
 and `.env`, the environment winning; misspelt names refused with a "did you mean"; every
 problem one line naming the setting, never a secret; `api_key_env` found in `.env`; every
 setting documented in `.env.example`; `.env` git-ignored. Bad values are generated
@@ -49,7 +49,7 @@ def problems(directory: Path, **values: str) -> list[str]:
 
 
 def test_file_then_dotenv_then_environment(tmp_path: Path) -> None:
-    # covers issue 16 item 3: a TOML file beside env vars, env overriding the file
+    # covers O3: a TOML file beside env vars, env overriding the file
     (tmp_path / "turn.toml").write_text(
         '[engine]\nidle_timeout_s = 77\nmax_iterations = 9\n'
         '[history]\nmode = "reply_chain"\n[access]\nblocked_users = [1, 2]\n')
@@ -62,7 +62,7 @@ def test_file_then_dotenv_then_environment(tmp_path: Path) -> None:
 
 
 def test_config_file_named_by_variable_and_missing(tmp_path: Path) -> None:
-    # covers issue 16 item 3: TURN_CONFIG_FILE, and one line when it is not there
+    # covers O3: TURN_CONFIG_FILE, and one line when it is not there
     (tmp_path / "bot.toml").write_text('queue_limit = 3\n')
     with environment(tmp_path, TURN_CONFIG_FILE="bot.toml"):
         assert load_settings().queue_limit == 3
@@ -74,7 +74,7 @@ def test_config_file_named_by_variable_and_missing(tmp_path: Path) -> None:
 
 
 def test_misspelt_names_get_a_suggestion(tmp_path: Path) -> None:
-    # covers issue 16 item 3: an unknown TURN_* name is an error with "did you mean"
+    # covers O3: an unknown TURN_* name is an error with "did you mean"
     assert problems(tmp_path, TURN_ENGIN__IDLE_TIMEOUT_S="90", TURN_HISTROY__MODE="recent") == [
         "TURN_ENGIN__IDLE_TIMEOUT_S: not a setting (did you mean TURN_ENGINE__IDLE_TIMEOUT_S?)",
         "TURN_HISTROY__MODE: not a setting (did you mean TURN_HISTORY__MODE?)",
@@ -89,7 +89,7 @@ def test_misspelt_names_get_a_suggestion(tmp_path: Path) -> None:
 
 
 def test_free_form_maps_accept_any_key(tmp_path: Path) -> None:
-    # covers issue 16 item 3: a provider's extra headers are not "unknown settings"
+    # covers O3: a provider's extra headers are not "unknown settings"
     provider = json.dumps({"kind": "openai", "model": "m"})
     with environment(tmp_path, TURN_PROVIDER=provider,
                      TURN_PROVIDER__EXTRA_HEADERS__X_TITLE="my bot"):
@@ -99,7 +99,7 @@ def test_free_form_maps_accept_any_key(tmp_path: Path) -> None:
 
 
 def test_api_key_env_is_found_in_dotenv(tmp_path: Path) -> None:
-    # covers issue 16 item 3: a key in .env is not reported missing
+    # covers O3: a key in .env is not reported missing
     (tmp_path / ".env").write_text(
         "MY_KEY=sk-from-dotenv\nOTHER_KEY=sk-second\n"
         'TURN_PROVIDER={"kind": "openai", "model": "m", "api_key_env": "MY_KEY", '
@@ -115,20 +115,20 @@ def test_api_key_env_is_found_in_dotenv(tmp_path: Path) -> None:
 
 
 def test_token_without_provider_is_one_line(tmp_path: Path) -> None:
-    # covers issue 16 item 2: no provider configured when a token is
+    # covers O2: no provider configured when a token is
     [line] = problems(tmp_path, TURN_DISCORD_TOKEN=SECRET)
     assert line.startswith("TURN_PROVIDER: not set") and SECRET not in line
 
 
 def test_a_missing_persona_file_is_one_line(tmp_path: Path) -> None:
-    # covers issue 16 item 4: the persona file is checked at start-up, not at the first reply
+    # covers O4: the persona file is checked at start-up, not at the first reply
     [line] = problems(tmp_path, TURN_SYSTEM_PROMPT_FILE="persona.txt")
     assert line.startswith("system_prompt_file (TURN_SYSTEM_PROMPT_FILE): Value error, "
                            "cannot read the persona file persona.txt"), line
 
 
 def test_json_that_does_not_parse_names_the_field(tmp_path: Path) -> None:
-    # covers issue 16 item 3: pydantic-settings' SettingsError becomes one line too
+    # covers O3: pydantic-settings' SettingsError becomes one line too
     assert problems(tmp_path, TURN_FALLBACKS="[{oops") == [
         "fallbacks (TURN_FALLBACKS): not valid JSON; expected a JSON object or list "
         "(see .env.example)"]
@@ -154,7 +154,7 @@ bad_choices = st.text(alphabet="qwerty_", min_size=1, max_size=8)
 @given(data=st.data())
 def test_generated_bad_values_are_one_line_each_naming_the_field(
         tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
-    # covers issue 16 item 3 with generated bad values: refused, one line per problem, the
+    # covers O3 with generated bad values: refused, one line per problem, the
     # setting named, the token never shown
     directory = tmp_path_factory.mktemp("cfg", numbered=True)
     name = data.draw(st.sampled_from(NUMERIC + LISTS + CHOICES))
@@ -182,7 +182,7 @@ def test_generated_bad_values_are_one_line_each_naming_the_field(
 
 
 def test_generated_misspellings_always_get_refused(tmp_path: Path) -> None:
-    # covers issue 16 item 3: every one-letter slip of every setting name is caught
+    # covers O3: every one-letter slip of every setting name is caught
     names = ["TURN_" + "__".join(p).upper() for p in LEAVES]
     for name in names:
         slip = name[:-1] + ("X" if name[-1] != "X" else "Y")
@@ -193,7 +193,7 @@ def test_generated_misspellings_always_get_refused(tmp_path: Path) -> None:
 
 
 def test_every_setting_is_documented_in_env_example() -> None:
-    # covers issue 16 item 3: .env.example documents every setting
+    # covers O3: .env.example documents every setting
     text = (ROOT / ".env.example").read_text()
     documented = set(re.findall(r"\bTURN_[A-Z0-9_]+", text))
     leaves = {"TURN_" + "__".join(p).upper() for p in LEAVES
@@ -207,6 +207,6 @@ def _is_group(name: str) -> bool:
 
 
 def test_dotenv_is_git_ignored(tmp_path: Path) -> None:
-    # covers issue 16 item 3: .env never gets committed by accident
+    # covers O3: .env never gets committed by accident
     result = subprocess.run(["git", "check-ignore", "-q", ".env"], cwd=ROOT, check=False)
     assert result.returncode == 0

@@ -1,5 +1,5 @@
 """SIGTERM and Ctrl-C (SIGINT) stop the bot process gracefully with a reply streaming
-(issue 16 item 8; S7, D3): exit status 0, no traceback, the reply Stopped and its journal
+(O8; S7, D3): exit status 0, no traceback, the reply Stopped and its journal
 written. A real process, real signals, real time (no timed asserts)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Starting and stopping the bot as an operator does (issue 16 items 1, 2, 7, 8): the whole
+"""Starting and stopping the bot as an operator does (O1, O2, O7, O8): the whole
 `serve()` — REST login, the gateway, the provider over real HTTP — against the Discord
 emulator and a loopback model server, in virtual time. Each start-up failure is one line
 naming what to do; the invite URL asks for exactly the permissions docs/discord.md lists;
@@ -82,7 +82,7 @@ async def _failure(settings: AppSettings) -> str:
 
 @virtual_time
 async def test_a_rejected_token_is_one_line(tmp_path: Path) -> None:
-    # covers issue 16 item 2: a bad token is refused with what to do, not a traceback
+    # covers O2: a bad token is refused with what to do, not a traceback
     async with emulator() as emu:
         line = await _failure(_settings("not-the-token", "http://127.0.0.1:9", tmp_path))
         assert line.startswith("Discord rejected the token (401 Unauthorized)")
@@ -92,7 +92,7 @@ async def test_a_rejected_token_is_one_line(tmp_path: Path) -> None:
 
 @virtual_time
 async def test_a_missing_privileged_intent_is_one_line(tmp_path: Path) -> None:
-    # covers issue 16 item 2: close code 4014 from the gateway names the intent to turn on
+    # covers O2: close code 4014 from the gateway names the intent to turn on
     async with emulator() as emu:
         emu.gateway.granted_intents = 0
         line = await _failure(_settings(emu.token, "http://127.0.0.1:9", tmp_path))
@@ -102,7 +102,7 @@ async def test_a_missing_privileged_intent_is_one_line(tmp_path: Path) -> None:
 
 @virtual_time
 async def test_discord_unreachable_is_one_line(tmp_path: Path) -> None:
-    # covers issue 16 item 2: nothing listening where Discord should be
+    # covers O2: nothing listening where Discord should be
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -116,7 +116,7 @@ async def test_discord_unreachable_is_one_line(tmp_path: Path) -> None:
 
 
 def test_other_failures_map_to_lines_and_unknown_ones_do_not() -> None:
-    # covers issue 16 item 2: the remaining mappings of discord.py's exceptions
+    # covers O2: the remaining mappings of discord.py's exceptions
     class Response:
         status, reason = 503, "Service Unavailable"
 
@@ -126,7 +126,7 @@ def test_other_failures_map_to_lines_and_unknown_ones_do_not() -> None:
 
 
 def test_the_invite_url_asks_for_exactly_the_documented_permissions() -> None:
-    # covers issue 16 item 1: docs/discord.md and the start-up URL agree
+    # covers O1: docs/discord.md and the start-up URL agree
     text = (ROOT / "docs" / "discord.md").read_text()
     block = text.split("<!-- permissions:")[1].split("<!-- end permissions -->")[0]
     documented = set(re.findall(r"\(`([a-z_]+)`\)", block))
@@ -139,7 +139,7 @@ def test_the_invite_url_asks_for_exactly_the_documented_permissions() -> None:
 @virtual_time
 async def test_start_prints_the_invite_and_a_stop_request_exits_cleanly(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    # covers issue 16 items 1 and 8: invite URL at start-up; stop with nothing running
+    # covers O1 and O8: invite URL at start-up; stop with nothing running
     caplog.set_level(logging.INFO)
     async with emulator() as emu:
         stop = StopRequest()
@@ -156,7 +156,7 @@ async def test_start_prints_the_invite_and_a_stop_request_exits_cleanly(
 @virtual_time
 async def test_stopping_with_a_reply_streaming_keeps_its_text_and_journal(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    # covers S7, D3 at shutdown (issue 16 item 8) and the turn-end log line (item 7)
+    # covers S7, D3 at shutdown (O8) and the turn-end log line (item 7)
     caplog.set_level(logging.INFO)
     script = [Send(sse(_chunk("Delivered before the stop.\n\n"))), Hang()]
     async with ReplayServer(script) as model, emulator() as emu:
@@ -185,7 +185,7 @@ async def test_stopping_with_a_reply_streaming_keeps_its_text_and_journal(
 
 @virtual_time
 async def test_the_settings_reach_the_running_bot(tmp_path: Path) -> None:
-    # covers issue 16 items 3 and 4 end to end: access lists and tools off, from settings
+    # covers O3 and O4 end to end: access lists and tools off, from settings
     answer = sse(_chunk("Hi!"), {"choices": [{"index": 0, "delta": {},
                                               "finish_reason": "stop"}]}) + b"data: [DONE]\n\n"
     async with ReplayServer([Send(answer)]) as model, emulator() as emu:

@@ -1,4 +1,4 @@
-"""Uploads the model sees (issue 16 item 6): image attachments, and images of the message
+"""Uploads the model sees (O6): image attachments, and images of the message
 replied to, reach a vision model as image parts in the request the provider receives (a
 loopback OpenAI-compatible server captures it); a model without vision gets the placeholder;
 text files are inlined within their budget; every download goes through the size- and
@@ -115,7 +115,7 @@ async def vision_bot(policy: AttachmentPolicy, *, private_cdn_allowed: bool = Tr
 
 
 async def test_an_attached_image_reaches_a_vision_model_as_an_image_part() -> None:
-    # covers issue 16 item 6 (and R7's image part shape on the wire)
+    # covers O6 (and R7's image part shape on the wire)
     image = _png()
     async with vision_bot(AttachmentPolicy(vision=True)) as v:
         upload = v.emu.add_attachment("square.png", "image/png", image)
@@ -127,7 +127,7 @@ async def test_an_attached_image_reaches_a_vision_model_as_an_image_part() -> No
 
 @pytest.mark.parametrize("history", [20, 1], ids=["in-history", "beyond-history"])
 async def test_images_of_the_message_replied_to_are_shown_too(history: int) -> None:
-    # covers issue 16 item 6: the image is in the message being replied to, also when that
+    # covers O6: the image is in the message being replied to, also when that
     # message is older than the history the model sees
     first, second = _png("red"), _png("blue")
     async with vision_bot(AttachmentPolicy(vision=True)) as v:
@@ -141,7 +141,7 @@ async def test_images_of_the_message_replied_to_are_shown_too(history: int) -> N
 
 
 async def test_without_vision_the_model_gets_the_placeholder_only() -> None:
-    # covers issue 16 item 6: a model configured without vision
+    # covers O6: a model configured without vision
     async with vision_bot(AttachmentPolicy(vision=False)) as v:
         await v.say("what is this?", attachments=(
             v.emu.add_attachment("square.png", "image/png", _png()),))
@@ -152,7 +152,7 @@ async def test_without_vision_the_model_gets_the_placeholder_only() -> None:
 
 
 async def test_text_files_are_inlined_within_their_budget() -> None:
-    # covers issue 16 item 6: text attachments inlined, cut at max_text_chars
+    # covers O6: text attachments inlined, cut at max_text_chars
     async with vision_bot(AttachmentPolicy(vision=False, max_text_chars=40)) as v:
         await v.say("read this", attachments=(
             v.emu.add_attachment("notes.txt", "text/plain; charset=utf-8",
@@ -164,7 +164,7 @@ async def test_text_files_are_inlined_within_their_budget() -> None:
 
 
 async def test_an_image_over_the_size_limit_is_not_sent() -> None:
-    # covers issue 16 item 6: the fetcher's size check applies to uploads
+    # covers O6: the fetcher's size check applies to uploads
     big = _png(side=600)
     async with vision_bot(AttachmentPolicy(vision=True, max_image_bytes=1024)) as v:
         await v.say("huge", attachments=(v.emu.add_attachment("big.png", "image/png", big),))
@@ -174,7 +174,7 @@ async def test_an_image_over_the_size_limit_is_not_sent() -> None:
 
 
 async def test_an_upload_at_a_private_address_is_refused_before_any_connect() -> None:
-    # covers issue 16 item 6: the address check of the fetcher (no request leaves)
+    # covers O6: the address check of the fetcher (no request leaves)
     async with vision_bot(AttachmentPolicy(vision=True), private_cdn_allowed=False) as v:
         upload = v.emu.add_attachment("square.png", "image/png", _png())
         await v.say("what is this?", attachments=(upload,))
