@@ -124,14 +124,20 @@ async def test_the_running_bot_serves_its_turns_and_queue_depth_as_metrics(
         await _scrape(url)  # the endpoint closed with the bot
 
 
+def _scripted(passes: list[list[dict[str, Any]]]) -> ScriptedProvider:
+    return ScriptedProvider(parse_scenario({"passes": passes}).passes)
+
+
 @asynccontextmanager
 async def _traced_bot(passes: list[list[dict[str, Any]]], exporter: InMemorySpanExporter,
-                      observer: Any) -> AsyncIterator[tuple[Any, Any, TurnBot]]:
+                      observer: Any = None, fallback: list[list[dict[str, Any]]] | None = None,
+                      ) -> AsyncIterator[tuple[Any, Any, TurnBot]]:
     telemetry = build_with_exporter(TelemetryConfig(traces=True), span_exporter=exporter)
     async with emulated_discord() as (emu, client):
-        provider = ScriptedProvider(parse_scenario({"passes": passes}).passes)
-        bot = TurnBot(client, [Attempt(provider, "scripted")], observer=observer,
-                      telemetry=telemetry)
+        attempts = [Attempt(_scripted(passes), "scripted")]
+        if fallback is not None:
+            attempts.append(Attempt(_scripted(fallback), "fallback"))
+        bot = TurnBot(client, attempts, observer=observer, telemetry=telemetry)
         bot.attach()
         await bot.start()
         try:
@@ -150,6 +156,16 @@ class Transitions:
         self.seen.append((turn.turn_id, dest))
 
 
+async def _ask(emu: Any, client: Any, bot: TurnBot, text: str) -> None:
+    """A user mentions the bot (the gateway hands the message over as a task of its own);
+    until the reply is done."""
+    payload = emu.add_message(emu.channel_id, emu.alice_id, f"<@{emu.bot_id}> {text}",
+                              mentions=[emu.bot_id])
+    client._connection.parse_message_create(payload)
+    await asyncio.sleep(0.01)
+    await bot.queue.join(str(emu.channel_id))
+
+
 def _children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
     assert parent.context is not None
     return [s for s in spans if s.parent is not None and s.parent.span_id ==
@@ -166,11 +182,7 @@ async def test_every_reply_of_the_bot_is_one_turn_span_with_its_states() -> None
     transitions = Transitions()
     async with _traced_bot(passes, exporter, transitions) as (emu, client, bot):
         for n in range(3):
-            payload = emu.add_message(emu.channel_id, emu.alice_id,
-                                      f"<@{emu.bot_id}> question {n}", mentions=[emu.bot_id])
-            client._connection.parse_message_create(payload)  # type: ignore[arg-type]
-            await asyncio.sleep(0.01)
-            await bot.queue.join(str(emu.channel_id))
+            await _ask(emu, client, bot, f"question {n}")
         assert [r.text for r in bot.results] == [f"answer {n}" for n in range(3)]
     spans = list(exporter.get_finished_spans())
     turns = [s for s in spans if s.name.startswith("turn ")]
@@ -271,3 +283,34 @@ assert "opentelemetry" not in sys.modules and "prometheus_client" not in sys.mod
     assert proc.stdout.splitlines() == [
         "telemetry.metrics is on but prometheus-client is not installed: "
         "pip install 'turn-engine[telemetry]'"]
+
+
+@virtual_time
+async def test_a_fallback_chains_attempts_are_the_turns_of_one_generation_span() -> None:
+    # covers G1 as traces: the primary fails and the fallback answers under one generation
+    # span; a reply the primary gives alone is one attempt of its own generation
+    exporter = InMemorySpanExporter()
+    primary = [[{"at": 1, "error": "overloaded"}],
+               [{"at": 1, "text": "primary answer"}, {"at": 2, "end": "completed"}]]
+    fallback = [[{"at": 1, "text": "fallback answer"}, {"at": 3, "end": "completed"}]]
+    async with _traced_bot(primary, exporter, fallback=fallback) as (emu, client, bot):
+        await _ask(emu, client, bot, "first")
+        await _ask(emu, client, bot, "second")
+        assert [(r.labels, r.text) for r in bot.results] == [
+            (["scripted", "fallback"], "fallback answer"), (["scripted"], "primary answer")]
+    spans = list(exporter.get_finished_spans())
+    generations = [s for s in spans if s.name == "generation"]
+    assert len(generations) == 2
+    assert not [s for s in spans if s.name.startswith("turn ") and s.parent is None]
+    chained, alone = generations
+    for generation, attempts, statuses in ((chained, 2, ["error", "completed"]),
+                                           (alone, 1, ["completed"])):
+        turns = sorted(_children(spans, generation), key=lambda s: s.start_time or 0)
+        assert [s.name.split("-")[-1] for s in turns] == ["scripted", "fallback"][:attempts]
+        assert [(s.attributes or {})["turn.status"] for s in turns] == statuses
+        attributes = generation.attributes or {}
+        assert attributes["turn.attempts"] == attempts
+        assert attributes["turn.status"] == "completed"
+        assert attributes["turn.channel_id"] == str(emu.channel_id)
+        assert generation.start_time == turns[0].start_time
+        assert generation.end_time == turns[-1].end_time

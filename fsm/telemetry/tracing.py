@@ -5,7 +5,9 @@ where they apply (`gen_ai.request.model`, `gen_ai.usage.input_tokens`, …).
 Span times follow the engine's clock, not the wall clock read when a span is written: a turn's
 start is anchored to the wall clock once, and every later time is that anchor plus the
 engine's seconds-from-start, so durations are what the engine measured (virtual time in the
-tests). The tree:
+tests). The tree of a turn (the attempts of a fallback chain, G1, are children of one
+`generation` span with `turn.attempts` and the chain's `turn.status`; a turn no fallback can
+follow is a root of its own):
 
     turn <turn id>                         (gen_ai.operation.name invoke_agent)
     ├── state Preparing
@@ -45,12 +47,45 @@ class _Traced:
         return self.anchor_ns + round(t * _NS)
 
 
+@dataclass(slots=True)
+class _Generation:
+    """The attempts of one fallback chain: they share the channel's lock."""
+
+    span: Span
+    end_ns: int
+    attempts: int = 0
+
+
 class TurnTracer:
     """A TurnListener that writes each turn's spans through an OpenTelemetry tracer."""
 
     def __init__(self, tracer: Tracer | None = None) -> None:
         self.tracer = tracer if tracer is not None else trace.get_tracer(INSTRUMENTATION)
         self._turns: dict[int, _Traced] = {}
+        self._generations: dict[int, _Generation] = {}
+
+    def _generation_of(self, turn: Turn, anchor: int) -> _Generation | None:
+        """The chain `turn` is an attempt of: begun by an attempt a fallback may follow
+        (`fallback_pending`), joined by the later attempts under the same lock, ended by the
+        last attempt or when the lock is released (an attempt that needed no fallback)."""
+        lock = turn.lock
+        key = id(lock)
+        generation = self._generations.get(key)
+        if generation is None and turn.config.fallback_pending and not lock.released:
+            span = self.tracer.start_span("generation", kind=SpanKind.INTERNAL,
+                                          start_time=anchor,
+                                          attributes={"turn.channel_id": lock.channel_id})
+            generation = self._generations[key] = _Generation(span, anchor)
+            lock.listeners.append(lambda _lock: self._end_generation(key))
+        if generation is not None:
+            generation.attempts += 1
+        return generation
+
+    def _end_generation(self, key: int) -> None:
+        generation = self._generations.pop(key, None)
+        if generation is not None:
+            generation.span.set_attribute("turn.attempts", generation.attempts)
+            generation.span.end(end_time=generation.end_ns)
 
     def turn_started(self, turn: Turn) -> None:
         anchor = time.time_ns() - round(turn.elapsed * _NS)
@@ -61,8 +96,10 @@ class TurnTracer:
                                       "turn.channel_id": turn.lock.channel_id}
         if model is not None:
             attributes["gen_ai.request.model"] = model
+        generation = self._generation_of(turn, anchor)
+        context = trace.set_span_in_context(generation.span) if generation else None
         span = self.tracer.start_span(f"turn {turn.turn_id}", kind=SpanKind.INTERNAL,
-                                      start_time=anchor, attributes=attributes)
+                                      context=context, start_time=anchor, attributes=attributes)
         self._turns[id(turn)] = _Traced(anchor, span)
 
     def state_left(self, turn: Turn, visit: StateVisit) -> None:
@@ -147,3 +184,9 @@ class TurnTracer:
             span.set_attribute("error.type", end.ended_by)
             span.set_status(Status(StatusCode.ERROR, end.error or "turn ended in error"))
         span.end(end_time=traced.at(end.at))
+        generation = self._generations.get(id(turn.lock))
+        if generation is not None:
+            generation.end_ns = traced.at(end.at)
+            generation.span.set_attribute("turn.status", end.status)
+            if not turn.config.fallback_pending:
+                self._end_generation(id(turn.lock))
