@@ -247,6 +247,11 @@ async def test_worker_killed_mid_turn_is_taken_over_in_queue_order(
         await c.workers["B"].turn("end", m3)
         assert first["at"] - killed_at <= 2 * TTL_S
         assert [e["message"] for e in c.workers["B"].turns("start")] == [m2["id"], m3["id"]]
+        # each turn's owner (and journal name) carries its worker and fencing token
+        fence_a = int(c.workers["A"].turns("start")[0]["owner"].rsplit(".f", 1)[1])
+        owners = [e["owner"] for e in c.workers["B"].turns("start")]
+        assert [o.split("@")[1].split(".f")[0] for o in owners] == ["B", "B"]
+        assert [int(o.rsplit(".f", 1)[1]) for o in owners] == [fence_a + 1, fence_a + 2]
         replies = [_replied_to(m) for m in c.answers() if m["content"].startswith("B")]
         assert replies == [m2["id"], m3["id"]]
         assert not [m for m in c.answers() if _replied_to(m) == m1["id"]]
