@@ -45,7 +45,7 @@ from fsm.engine.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult
 from fsm.engine.turn import Turn  # noqa: E402
 from fsm.review.journal import JournalRecorder, journal_document, write_journal  # noqa: E402
 from providers import ProviderConfig, build_provider  # noqa: E402
-from turn_engine.chat import TerminalChannel  # noqa: E402
+from turn_engine.chat import Screen, TerminalChannel  # noqa: E402
 
 CHANNEL = "terminal"
 CASES = ("plain", "tool", "idle", "kill")
@@ -65,7 +65,7 @@ class WatchedChannel(TerminalChannel):
     """The terminal chat's channel, calling `after_chunks` once when chunk N is delivered."""
 
     def __init__(self, chunks: int, after_chunks: Any) -> None:
-        super().__init__(io.StringIO())
+        super().__init__(Screen(io.StringIO(), io.StringIO()))
         self.left = chunks
         self.after_chunks = after_chunks
 
@@ -120,7 +120,7 @@ async def record(case: str, base_url: str, server_pid: int | None) -> dict[str, 
                 [Attempt(provider, "openai:llama")], channel=channel, locks=locks, lock=lock,
                 request=TurnRequest(context_items=history,
                                     system_prompt="You are a test model."),
-                config=config_for(case), tools=tools)
+                config=config_for(case), tools=tools, on_attempt=on_attempt)
         finally:
             for handle in resume:
                 handle.cancel()
