@@ -17,12 +17,14 @@ from . import (
     concurrency,
     full_bot,
     growth,
+    journal_store,
     over_http,
     peers,
     per_chunk,
     per_turn,
     redis_scale,
     splitter,
+    telemetry_cost,
 )
 from .common import Section, machine_info
 from .report import render
@@ -38,6 +40,8 @@ FULL: dict[str, dict[str, Any]] = {
     "redis_scale": {"kill_rounds": 300, "leases": 1000, "renewals": 50, "turns": 1000,
                     "channels": 100, "repeats": 3},
     "splitter": {},
+    "journal_store": {"journals_written": 2000, "keep": 500, "repeats": 3},
+    "telemetry_cost": {"turns": 300, "repeats": 5},
 }
 QUICK: dict[str, dict[str, Any]] = {
     "per_chunk": {"chunks": 5_000, "repeats": 2},
@@ -51,6 +55,8 @@ QUICK: dict[str, dict[str, Any]] = {
                     "channels": 10, "repeats": 1},
     "splitter": {"before_sizes": (4096, 8192), "after_sizes": (4096, 16384),
                  "stall_size": 65536, "before_stall_size": 8192, "repeats": 1},
+    "journal_store": {"journals_written": 200, "keep": 50, "repeats": 1},
+    "telemetry_cost": {"turns": 20, "repeats": 1},
 }
 RUNNERS: dict[str, Callable[..., Section]] = {
     "per_chunk": per_chunk.measure,
@@ -62,6 +68,8 @@ RUNNERS: dict[str, Callable[..., Section]] = {
     "full_bot": full_bot.measure,
     "redis_scale": redis_scale.measure,
     "splitter": splitter.measure,
+    "journal_store": journal_store.measure,
+    "telemetry_cost": telemetry_cost.measure,
 }
 
 

@@ -21,11 +21,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
+from test_operator_chat import _env
 from test_operator_startup import _ready, _settings, emulator
-from test_telemetry import BLOCK_TELEMETRY
+from test_telemetry import BLOCK_TELEMETRY, _Collector, collector
 
 from discord_io.testing import emulated_discord
 from fsm.engine.generation import Attempt
@@ -44,6 +46,7 @@ from turn_engine.telemetry import build_telemetry
 from engine_support import ROOT
 from providers_support import sse
 
+__all__ = ["collector"]  # the loopback OTLP collector fixture, shared with test_telemetry
 SEND = "POST /channels/{channel_id}/messages"
 SCRAPED = re.compile(r"metrics for Prometheus at (http://127\.0\.0\.1:\d+/metrics)")
 P = "turn_engine_"
@@ -314,3 +317,37 @@ async def test_a_fallback_chains_attempts_are_the_turns_of_one_generation_span()
         assert attributes["turn.channel_id"] == str(emu.channel_id)
         assert generation.start_time == turns[0].start_time
         assert generation.end_time == turns[-1].end_time
+
+
+@pytest.mark.asyncio
+async def test_the_terminal_chat_exports_its_turns_over_otlp(tmp_path: Path,
+                                                            collector: str) -> None:
+    # covers S2 in the terminal chat's traces: `python -m turn_engine` with a provider and
+    # TURN_TELEMETRY__TRACES exports each typed line's turn to the OTLP endpoint it names,
+    # flushed as it leaves (a real process and real time; the timeout only bounds a hang)
+    answer = sse(_chunk("Hello there."), _chunk("", "stop")) + b"data: [DONE]\n\n"
+    async with ReplayServer([Send(answer)]) as server:
+        env = {**_env(tmp_path, server.url), "TURN_TELEMETRY__TRACES": "true",
+               "TURN_TELEMETRY__OTLP_ENDPOINT": collector,
+               "TURN_TELEMETRY__SERVICE_NAME": "chat-under-test"}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "turn_engine", cwd=tmp_path, env=env,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(b"hello\n/quit\n"), 120)
+    assert proc.returncode == 0, err.decode()
+    assert "Hello there." in out.decode()
+    assert _Collector.bodies, "nothing reached the collector"
+    spans = []
+    for _path, _kind, body in _Collector.bodies:
+        request = ExportTraceServiceRequest.FromString(body)
+        for resource_spans in request.resource_spans:
+            resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+            assert resource["service.name"] == "chat-under-test"
+            spans += [s for ss in resource_spans.scope_spans for s in ss.spans]
+    [turn] = [s for s in spans if s.name.startswith("turn ")]
+    attributes = {a.key: a.value.string_value for a in turn.attributes}
+    assert attributes["turn.channel_id"] == "terminal"
+    assert attributes["turn.status"] == "completed"
+    assert attributes["gen_ai.request.model"] == "m0"
+    assert "chat m0" in {s.name for s in spans}
