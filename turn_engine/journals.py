@@ -3,22 +3,126 @@
 Journals hold what users wrote, so they are kept within the operator's retention (a count,
 an age, a total size) and can be turned off altogether. Pruning runs after each write and
 removes the oldest journals first; it only ever touches `*.json` files of its directory.
+
+A bot writes a journal per turn, so neither writing nor pruning may cost more as the folder
+fills: the store reads the folder once and then keeps its own index of the journals (oldest
+first, with their count and bytes), updated by every write and removal; and a journal is one
+line of compact JSON, which the standard library's C encoder writes (indented JSON takes its
+pure-Python path, several times slower). Files removed by hand are dropped from the index
+when pruning reaches them; the folder is read again after as many writes as it held
+journals (at least `RESCAN_EVERY`) and on every explicit `prune()`, so files added or
+re-dated by hand are seen too, at a cost per write that stays constant.
 """
 
 from __future__ import annotations
 
+import heapq
+import json
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fsm.engine.turn import Turn
-from fsm.review.journal import JournalRecorder, journal_document, write_journal
+from fsm.review.journal import JournalRecorder, journal_document, jsonable
 
 from .settings import JournalSettings
 
 log = logging.getLogger(__name__)
+
+RESCAN_EVERY = 1000
+"""The fewest writes between two readings of the folder."""
+
+
+def encode_journal(document: dict[str, Any]) -> bytes:
+    """The journal as one line of UTF-8 JSON, by the C encoder (no indent, compact
+    separators). Bytes and unknown objects are written as `jsonable` writes them; a lone
+    surrogate (half an emoji cut by a provider) as its JSON escape, so the file stays valid
+    UTF-8 and reads back unchanged."""
+    try:
+        text = json.dumps(document, ensure_ascii=False, separators=(",", ":"),
+                          default=jsonable)
+    except TypeError:  # a key json cannot write (a tuple, say): jsonable makes it a string
+        document = jsonable(document)
+        text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(document, ensure_ascii=True, separators=(",", ":"),
+                           default=jsonable) + "\n").encode("ascii")
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    mtime: float
+    size: int
+
+
+class JournalIndex:
+    """The journals of one folder, oldest first (by modification time, then name), with
+    their count and total size: what retention needs, without reading the folder."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+        self._heap: list[tuple[float, str]] = []
+        """(mtime, name), oldest on top; an item whose entry has changed or gone is stale
+        and skipped when it comes up."""
+        self.count = 0
+        self.total_bytes = 0
+
+    @classmethod
+    def of_folder(cls, directory: Path) -> JournalIndex:
+        """The folder's `*.json` files as they are now (empty when it does not exist)."""
+        index = cls()
+        try:
+            with os.scandir(directory) as listing:
+                for item in listing:
+                    if not item.name.endswith(".json"):
+                        continue
+                    try:
+                        if item.is_file():
+                            stat = item.stat()
+                            index.add(item.name, stat.st_mtime, stat.st_size)
+                    except OSError:
+                        continue  # removed while listed
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        return index
+
+    def add(self, name: str, mtime: float, size: int) -> None:
+        """A journal written (or written again) as `name`."""
+        self.discard(name)
+        self._entries[name] = _Entry(mtime, size)
+        heapq.heappush(self._heap, (mtime, name))
+        self.count += 1
+        self.total_bytes += size
+
+    def discard(self, name: str) -> None:
+        entry = self._entries.pop(name, None)
+        if entry is not None:
+            self.count -= 1
+            self.total_bytes -= entry.size
+
+    def oldest(self) -> tuple[str, float, int] | None:
+        """The oldest journal's name, mtime and size, or None when there is none."""
+        heap = self._heap
+        while heap:
+            mtime, name = heap[0]
+            entry = self._entries.get(name)
+            if entry is not None and entry.mtime == mtime:
+                return name, mtime, entry.size
+            heapq.heappop(heap)
+        return None
+
+    def pop_oldest(self) -> None:
+        found = self.oldest()
+        if found is not None:
+            heapq.heappop(self._heap)
+            self.discard(found[0])
 
 
 class JournalStore:
@@ -29,6 +133,10 @@ class JournalStore:
         self.settings = settings
         self.directory = Path(settings.dir)
         self._clock = clock
+        self._lock = threading.Lock()
+        """Writes may come from worker threads: one index update at a time."""
+        self._index: JournalIndex | None = None
+        self._writes_since_scan = 0
 
     @property
     def enabled(self) -> bool:
@@ -47,39 +155,76 @@ class JournalStore:
             return None
         path = self.directory / f"{name}.json"
         try:
-            write_journal(path, document)
+            stat = self._write_file(path, encode_journal(document))
         except OSError as exc:
             log.warning("journal %s not written: %s", path.name, exc.strerror)
             return None
-        self.prune()
+        with self._lock:
+            index = self._current_index()
+            index.add(path.name, stat.st_mtime, stat.st_size)
+            self._prune(index)
         return path
 
     def prune(self) -> int:
-        """Remove the oldest journals beyond the retention; returns how many went."""
+        """Read the folder again and remove the oldest journals beyond the retention;
+        returns how many went."""
+        with self._lock:
+            self._index = JournalIndex.of_folder(self.directory)
+            self._writes_since_scan = 0
+            return self._prune(self._index)
+
+    @staticmethod
+    def _write_file(path: Path, data: bytes) -> os.stat_result:
+        """Write whole or not at all (a hidden `.partial` renamed into place)."""
+        partial = path.with_name(f".{path.name}.partial")
         try:
-            entries = sorted(((p.stat(), p) for p in self.directory.glob("*.json")),
-                             key=lambda e: (e[0].st_mtime, e[1].name))
-        except OSError:
-            return 0
-        keep_after = (self._clock() - self.settings.max_age_days * 86_400
-                      if self.settings.max_age_days is not None else None)
-        total = sum(stat.st_size for stat, _ in entries)
-        count = len(entries)
+            partial.write_bytes(data)
+        except FileNotFoundError:  # the first journal, or the folder removed by hand
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_bytes(data)
+        partial.replace(path)
+        return path.stat()
+
+    def _current_index(self) -> JournalIndex:
+        """The index, read from the folder at the first write and again after as many
+        writes as it held journals: a constant cost per write, whatever the folder holds."""
+        index = self._index
+        if index is None or self._writes_since_scan >= max(RESCAN_EVERY, index.count):
+            index = self._index = JournalIndex.of_folder(self.directory)
+            self._writes_since_scan = 0
+        self._writes_since_scan += 1
+        return index
+
+    def _prune(self, index: JournalIndex) -> int:
+        settings = self.settings
+        keep_after = (self._clock() - settings.max_age_days * 86_400
+                      if settings.max_age_days is not None else None)
         removed = 0
-        for stat, path in entries:
-            too_old = keep_after is not None and stat.st_mtime < keep_after
-            too_many = self.settings.max_files is not None and count > self.settings.max_files
-            too_big = self.settings.max_bytes is not None and total > self.settings.max_bytes
+        stuck: list[tuple[str, float, int]] = []
+        """Journals that could not be removed: they still count, and are tried next time."""
+        stuck_bytes = 0
+        while (oldest := index.oldest()) is not None:
+            name, mtime, size = oldest
+            too_old = keep_after is not None and mtime < keep_after
+            too_many = (settings.max_files is not None
+                        and index.count + len(stuck) > settings.max_files)
+            too_big = (settings.max_bytes is not None
+                       and index.total_bytes + stuck_bytes > settings.max_bytes)
             if not (too_old or too_many or too_big):
                 break
+            index.pop_oldest()
             try:
-                path.unlink()
+                (self.directory / name).unlink()
+            except FileNotFoundError:
+                continue  # removed by hand: it no longer counts
             except OSError as exc:
-                log.warning("journal %s not pruned: %s", path.name, exc.strerror)
+                log.warning("journal %s not pruned: %s", name, exc.strerror)
+                stuck.append(oldest)
+                stuck_bytes += size
                 continue
             removed += 1
-            count -= 1
-            total -= stat.st_size
+        for name, mtime, size in stuck:
+            index.add(name, mtime, size)
         return removed
 
 
