@@ -1,4 +1,4 @@
-"""Item 10: what telemetry (fsm/telemetry) costs a turn, beside the untraced engine: the
+"""Item 11: what telemetry (fsm/telemetry) costs a turn, beside the untraced engine: the
 typical turn (see `workload`) run in a row with no observer, with metrics, with traces of
 every turn, of one turn in ten, and with both, interleaved in each repeat so a loaded
 machine slows them alike. CPU time (the process's), the fastest of the repeats (the run
@@ -80,7 +80,7 @@ async def turns_in_a_row(turns: int, config: TelemetryConfig | None
 
 def measure(turns: int = 500, repeats: int = 3) -> Section:
     section = Section("telemetry_cost",
-                      f"10. Telemetry's cost per turn (typical turn, {turns:,} in a row, CPU)")
+                      f"11. Telemetry's cost per turn (typical turn, {turns:,} in a row, CPU)")
     cpu: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for _ in range(repeats):
         for name, config in VARIANTS.items():

@@ -100,7 +100,8 @@ class TurnTracer:
         context = trace.set_span_in_context(generation.span) if generation else None
         span = self.tracer.start_span(f"turn {turn.turn_id}", kind=SpanKind.INTERNAL,
                                       context=context, start_time=anchor, attributes=attributes)
-        self._turns[id(turn)] = _Traced(anchor, span)
+        if span.is_recording():  # a turn not sampled writes nothing more (its spans are no-ops)
+            self._turns[id(turn)] = _Traced(anchor, span)
 
     def state_left(self, turn: Turn, visit: StateVisit) -> None:
         traced = self._turns.get(id(turn))
