@@ -27,6 +27,7 @@ import asyncio
 import itertools
 import random
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -197,8 +198,10 @@ class Harness:
         return message_id
 
     def kill(self, channel_id: int) -> None:
-        """/kill typed in `channel_id`, noting what was running at that instant."""
-        payload = self.emu.slash_command_payload("kill", channel_id=channel_id)
+        """/kill typed in `channel_id` by a member who may stop any reply there (Manage
+        Messages, O4), noting what was running at that instant."""
+        payload = self.emu.slash_command_payload("kill", channel_id=channel_id,
+                                                 permissions=MANAGE_MESSAGES)
         active = next(
             (
                 r
@@ -253,20 +256,33 @@ class Harness:
                 await self.bot.queue.join(c)
 
 
+MANAGE_MESSAGES = 1 << 13
+"""Discord's permission bit for members who may stop anyone's reply."""
+
+
 @contextmanager
 def real_time_limit(seconds: float) -> Iterator[None]:
     """A hang detector in real time: a livelock stops the virtual clock, so no asyncio
-    timeout would ever fire. Never reached when the code is right (cells take milliseconds)."""
+    timeout would ever fire. It fires only when the loop's clock has not moved for `seconds`
+    of real time — a slow machine makes a cell take longer, never trips it."""
     loop, task = asyncio.get_running_loop(), asyncio.current_task()
     assert task is not None
     fired = threading.Event()
+    done = threading.Event()
 
-    def cancel() -> None:
-        fired.set()
-        loop.call_soon_threadsafe(task.cancel)
+    def watch() -> None:
+        last, still_since = loop.time(), time.monotonic()
+        while not done.wait(0.5):
+            now = loop.time()
+            if now != last:
+                last, still_since = now, time.monotonic()
+            elif time.monotonic() - still_since >= seconds:
+                fired.set()
+                loop.call_soon_threadsafe(task.cancel)
+                return
 
-    timer = threading.Timer(seconds, cancel)
-    timer.start()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     try:
         yield
     except asyncio.CancelledError:
@@ -277,7 +293,8 @@ def real_time_limit(seconds: float) -> Iterator[None]:
             f"livelock: virtual time stopped for {seconds} s of real time"
         ) from None
     finally:
-        timer.cancel()
+        done.set()
+        watcher.join()
 
 
 @asynccontextmanager
@@ -1052,10 +1069,17 @@ def check_load(h: Harness, plans: dict[int, Planned]) -> None:
             for m in h.emu.channel_messages(channel_id)
             if "message_reference" in m and m["content"] in REFUSALS
         }
+        last_refused: dict[int, float] = {}  # the sender's last refusal with text
         for sub in subs:
             if sub.submission.status == "full":  # the queue bound (10) was reached
                 assert sub.submission.position == max_queued
-                assert (str(sub.message_id), QUEUE_FULL_TEXT) in replies
+                # one refusal per sender per window, so spam cannot spend the send budget
+                last = last_refused.get(sub.author_id)
+                due = last is None or sub.at - last >= h.bot.queue.refusal_window_s - EPS
+                assert (sub.submission.refusal is not None) == due
+                assert ((str(sub.message_id), QUEUE_FULL_TEXT) in replies) == due
+                if due:
+                    last_refused[sub.author_id] = sub.at
             elif sub.submission.status == "stopping":  # refused while a /kill unwinds the turn
                 assert (str(sub.message_id), STOPPING_TEXT) in replies
                 assert any(
