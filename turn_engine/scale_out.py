@@ -3,26 +3,41 @@ go through `discord_io.redis_backend`; unset, the bot stays in-process (docs/red
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import discord
+from discord import app_commands
 
-from discord_io.kill_command import KILL_NAME
+from discord_io.channel_queue import ChannelQueue
+from discord_io.kill_command import KILL_NAME, KillPermission
 from discord_io.redis_backend.connection import connect
 from discord_io.redis_backend.discord_records import message_loader, record_of_message
 from discord_io.redis_backend.fence import fencing_trace
 from discord_io.redis_backend.kill import install_redis_kill_command
 from discord_io.redis_backend.lease import LeaseTimings
 from discord_io.redis_backend.queue import DEFAULT_PREFIX, RedisChannelQueue
+from fsm.engine.locks import ChannelLock, ChannelLockRegistry
+from fsm.engine.turn import Turn
 
 __all__ = ["attach_scale_out", "fencing_trace"]
 
-if TYPE_CHECKING:
-    from .bot import TurnBot
+
+class ScalableBot(Protocol):
+    """What the wiring needs of the bot (`turn_engine.bot.TurnBot`), without importing it."""
+
+    client: discord.Client
+    locks: ChannelLockRegistry
+    queue: ChannelQueue[discord.Message]
+    tree: app_commands.CommandTree[discord.Client]
+    kill_permission: KillPermission
+    current: dict[str, tuple[Turn, int]]
+    scale_out: RedisChannelQueue[discord.Message] | None
+
+    async def run_turn(self, message: discord.Message, lock: ChannelLock) -> None: ...
 
 
 def attach_scale_out(
-    bot: TurnBot,
+    bot: ScalableBot,
     url: str,
     *,
     worker_id: str | None = None,
