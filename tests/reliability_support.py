@@ -2,7 +2,7 @@
 
 One scenario generator serves both Hypothesis (shrinkable draws) and the soak (a seeded
 `random.Random`), so the soak plays the same kind of turns the model-based tests check. The
-oracle `check_played` states, for any played scenario, everything SPEC.md lets us predict
+oracle `check_played` states, for any played scenario, everything docs/spec.md lets us predict
 without knowing the answer in advance: one terminal state, a walk over declared edges,
 status matching the terminal state, timers firing at exactly their budget, the kill and the
 follow-up honoured at once, delivered text kept, the stash within bounds, nothing left running.
@@ -269,7 +269,7 @@ def gen_outcome(r: Rand, b: Budgets, tool: str, stash_refs: Sequence[str]) -> di
 
 
 def gen_scenario(r: Rand, name: str = "generated") -> dict[str, Any]:
-    """A scenario in the SCENARIOS.md format exercising every step, outcome and event kind."""
+    """A scenario in the docs/scenarios.md format exercising every step, outcome and event kind."""
     config = gen_config(r)
     b = Budgets.of(config)
     stash: dict[str, Any] = {}

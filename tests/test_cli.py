@@ -1,4 +1,4 @@
-"""`python -m fsm run-scenario` and `replay` as SCENARIOS.md describes them, and the main
+"""`python -m fsm run-scenario` and `replay` as docs/scenarios.md describes them, and the main
 job's embedded default. These run the real CLI in a subprocess (virtual clock inside)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _fsm(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 
 def test_run_scenario_prints_transitions_then_result() -> None:
-    # covers S10, S12 via the CLI; SCENARIOS.md "Commands"
+    # covers S10, S12 via the CLI; docs/scenarios.md "Commands"
     source = E03 if E03.exists() else OWN / "s10_send_on_the_wire_lands_while_settling.json"
     proc = _fsm("run-scenario", str(source))
     assert proc.returncode == 0, proc.stderr
@@ -60,7 +60,7 @@ def test_missing_file_exits_2(tmp_path: Path) -> None:
 
 
 def test_unknown_fields_are_ignored(tmp_path: Path) -> None:
-    # covers SCENARIOS.md: a scenario written for a later version still runs
+    # covers docs/scenarios.md: a scenario written for a later version still runs
     path = tmp_path / "future.json"
     path.write_text(json.dumps({"name": "f", "future_field": 1, "config": {"warp": 9},
                                 "passes": [[{"at": 1, "text": "x", "colour": "red"},
@@ -70,7 +70,7 @@ def test_unknown_fields_are_ignored(tmp_path: Path) -> None:
 
 
 def test_replay_accepts_untouched_and_rejects_tampered(tmp_path: Path) -> None:
-    # covers SCENARIOS.md `replay`: exit 0 on a match, exit 1 with the first difference
+    # covers docs/scenarios.md `replay`: exit 0 on a match, exit 1 with the first difference
     journal = tmp_path / "j.json"
     source = OWN / "r09_restart_resets_error_counters.json"
     assert _fsm("run-scenario", str(source), "--journal", str(journal)).returncode == 0
@@ -90,7 +90,7 @@ def test_replay_accepts_untouched_and_rejects_tampered(tmp_path: Path) -> None:
 
 
 def test_replay_accepts_json_lines_with_a_scenario_line(tmp_path: Path) -> None:
-    # covers SCENARIOS.md: a recorded journal carries the scenario fields that reproduce it
+    # covers docs/scenarios.md: a recorded journal carries the scenario fields that reproduce it
     source = OWN / "t01_iteration_cap.json"
     proc = _fsm("run-scenario", str(source))
     scenario = json.loads(source.read_text())

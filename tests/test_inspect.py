@@ -85,7 +85,7 @@ def test_time_in_states_adds_up_to_the_turn() -> None:
 
 
 def test_json_lines_journal_is_accepted(tmp_path: Path) -> None:
-    # covers SCENARIOS.md journal lines: run-scenario's JSON Lines output inspects like a file
+    # covers docs/scenarios.md journal lines: run-scenario's JSON Lines output inspects like a file
     document = _document("e04_kill_while_streaming")
     lines = [json.dumps(line) for line in document["journal"]]
     lines.append(json.dumps({"result": document["result"]}))

@@ -89,7 +89,7 @@ async def test_transitions_create_no_tasks() -> None:
 
 
 async def test_a_cancellation_inside_a_trigger_is_not_swallowed() -> None:
-    # covers S16 (a kill is always honoured) against the 0.9.3 behaviour DESIGN_NOTES
+    # covers S16 (a kill is always honoured) against the 0.9.3 behaviour docs/architecture.md
     # describes: AsyncMachine turns a cancellation of a task inside a trigger into False
     entered = asyncio.Event()
 

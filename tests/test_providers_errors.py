@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 
 from fsm.engine.provider import AbortSignal, ProviderError, TextDelta
-from providers.factory import build_provider
 from providers.errors import ErrorDetails, error_details, http_error, retry_after_header
+from providers.factory import build_provider
 from providers.replay_server import ReplayServer
 from providers.stream_file import replay_request
 

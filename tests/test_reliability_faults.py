@@ -1,8 +1,8 @@
 """The fault matrix (RELIABILITY.md): every cell injects one fault into one place of a turn and
-asserts the terminal state SPEC.md implies, the exact virtual time it is reached, and that
+asserts the terminal state docs/spec.md implies, the exact virtual time it is reached, and that
 nothing (worker, timer, kill handle, progress callback, lock) outlives the turn.
 
-Cells whose engine behaviour contradicted SPEC.md were strict xfails naming the bug until the
+Cells whose engine behaviour contradicted docs/spec.md were strict xfails naming the bug until the
 engine was fixed (RELIABILITY.md lists them); they now keep those bugs fixed."""
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def _assert_one_line(error: ScenarioError, source: str) -> None:
 @reliability_settings(ci_examples=400)
 @given(data=json_values(any_scalars))
 def test_parse_scenario_on_arbitrary_json(data: Any) -> None:
-    # covers the loader contract of SCENARIOS.md (malformed: one line naming the field)
+    # covers the loader contract of docs/scenarios.md (malformed: one line naming the field)
     try:
         scenario = parse_scenario(data, "fuzz.json")
     except ScenarioError as error:
@@ -212,7 +212,7 @@ def _hostile_files(folder: Path) -> dict[str, Path]:
 
 
 def test_cli_on_hostile_files_exits_2_with_one_line() -> None:
-    # covers the run-scenario and replay contract of SCENARIOS.md: exit 2, one line, no
+    # covers the run-scenario and replay contract of docs/scenarios.md: exit 2, one line, no
     # traceback, for every malformed file; all cases run concurrently
     with tempfile.TemporaryDirectory() as folder:
         files = _hostile_files(Path(folder))
@@ -247,7 +247,7 @@ def test_cli_runs_and_replays_a_generated_scenario(tmp_path: Path) -> None:
 
 
 def test_cli_on_pathological_files_exits_2() -> None:
-    # covers the run-scenario contract of SCENARIOS.md
+    # covers the run-scenario contract of docs/scenarios.md
     files = {
         "deep.json": "[" * 100_000 + "]" * 100_000,
         "bigint.json": '{"config": {"max_iterations": ' + "9" * 5000 + "}}",

@@ -1,6 +1,6 @@
 """Fault cells through the real HTTP layer for the Anthropic Messages and Gemini adapters: the
 engine drives each adapter streaming its own wire format from a loopback aiohttp server
-(`ReplayServer`), and every cell asserts the terminal state and status SPEC.md requires, the
+(`ReplayServer`), and every cell asserts the terminal state and status docs/spec.md requires, the
 delivered text kept, the connection closed (the server sees the client leave) where the client
 must close it, nothing checked out of the aiohttp pool, no task left, and the API key (sent, and
 echoed back by the hostile error bodies) never in the result, the errors, the logs or the

@@ -2,7 +2,7 @@
 over a loopback HTTP server (stall, kill, dropped connection, HTTP error, malformed and
 pathological events), and the engine delivering through `DiscordChannel` to real discord.py
 against the Discord REST emulator (failed and rate-limited sends). Every cell asserts the
-terminal state SPEC.md implies, the lock released, no task left and no HTTP connection
+terminal state docs/spec.md implies, the lock released, no task left and no HTTP connection
 checked out of the pool."""
 
 from __future__ import annotations

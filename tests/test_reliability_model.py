@@ -1,5 +1,5 @@
 """Model-based tests: Hypothesis generates whole scenarios (every step, outcome, event and
-config kind of SCENARIOS.md, at times chosen to land before, on and after each budget) and
+config kind of docs/scenarios.md, at times chosen to land before, on and after each budget) and
 the oracle of `reliability_support` checks every played turn, including that its journal
 replays to the same transitions and result."""
 

@@ -112,7 +112,7 @@ def test_stream_ending_at_the_timeout_instant_settles_at_once() -> None:
 
 
 def test_drafting_journal_with_a_stashed_restart_replays() -> None:
-    # covers R10 and the journal contract of SCENARIOS.md
+    # covers R10 and the journal contract of docs/scenarios.md
     raw = {"name": "drafting stash restart", "config": {"drafting": True},
            "passes": [[{"at": 1, "tool_call": {"name": "peek_profile_picture"}}],
                       [{"at": 1, "text": "Nice"}, {"at": 2, "end": "completed"}]],

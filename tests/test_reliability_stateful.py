@@ -3,7 +3,7 @@ loop, through a provider and tools the test controls (chunks, keep-alives, ends,
 content-filter blocks and refusals, garbage, tool calls incl. truncated ones, tool outcomes,
 inline, stashed and message-metadata context restarts, reactor look-ups), with kills, channel
 stop flags and follow-ups at chosen instants, and compares it after every step with a
-reference model of SPEC.md written from the spec, not from the engine: same state, same
+reference model of docs/spec.md written from the spec, not from the engine: same state, same
 journal (every transition at its exact time), same armed deadline, same delivered text, the
 same request for every pass (context items, tool history, request-only notices, tools
 offered), the same stash, lock and watchdog as S6/S7 say; at the end, the same result."""
@@ -220,7 +220,7 @@ def _outcome(kind: str, data: Any) -> ToolResult:
 
 @dataclass
 class Model:
-    """SPEC.md's turn, as a plain simulation over virtual time."""
+    """docs/spec.md's turn, as a plain simulation over virtual time."""
 
     cfg: TurnConfig
     prompt: bool
@@ -839,7 +839,7 @@ LiveTurn.TestCase.settings = reliability_settings(ci_examples=300, stateful_step
 TestLiveTurn = LiveTurn.TestCase
 # covers S1, S4, S5, S6, S7, S8, S9, S10, S11, S12, S13, S14, S15, S16, S17, T1, T2, T3, T4,
 # T5, T6, T7, R1, R2, R3, R4, R5, R6, R7, R8, R9, D4: a live turn against a reference model of
-# SPEC.md, step by step (stashed, inline and metadata restarts, truncated calls, content-filter
+# docs/spec.md, step by step (stashed, inline and metadata restarts, truncated calls, content-filter
 # blocks and refusal stops included)
 
 

@@ -1,4 +1,4 @@
-"""Turn configuration: every budget and cap of SPEC.md with its default, validated."""
+"""Turn configuration: every budget and cap of docs/spec.md with its default, validated."""
 
 from __future__ import annotations
 

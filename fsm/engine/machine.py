@@ -84,7 +84,7 @@ class SequentialAsyncMachine(AsyncMachine):
     async def process_context(self, func: Callable[[], Awaitable[Any]], model: object) -> bool:
         """Run the trigger on the calling task. `AsyncMachine` records every task inside a
         trigger per model so that the next successful trigger can cancel it, and it turns a
-        cancellation of that task into `False` (DESIGN_NOTES; upstream #704, #712). Here the
+        cancellation of that task into `False` (docs/architecture.md; upstream #704, #712). Here the
         turn's driver is the only task that fires triggers, one at a time, and its callbacks
         never await, so there is never another transition to cancel — and a cancellation
         aimed at the driver is not swallowed."""

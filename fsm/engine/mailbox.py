@@ -1,5 +1,5 @@
 """The driver's mailbox: workers post events, the kill jumps the queue, and the driver waits
-on it with a deadline instead of keeping timer handles (DESIGN_NOTES: timers are deadlines).
+on it with a deadline instead of keeping timer handles (docs/architecture.md: timers are deadlines).
 
 Every item is stamped with when it arrived, as the engine's clock saw it (on the
 microsecond grid, `clock.on_grid`): the driver times the transition an event causes by its

@@ -49,7 +49,7 @@ class PassResult:
 
 @dataclass(slots=True)
 class TurnResult:
-    """The turn's outcome, in the journal's `result` shape (SCENARIOS.md) plus T8 extras:
+    """The turn's outcome, in the journal's `result` shape (docs/scenarios.md) plus T8 extras:
     `text` is the final visible text with the `<details>` suffix merged; `failure` names
     what kind of failure ended it, if one did (G2, G3)."""
 

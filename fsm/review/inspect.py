@@ -1,6 +1,6 @@
 """Reading recorded turn journals and summarising them for a reviewer (`python -m fsm inspect`).
 
-A journal (SCENARIOS.md) is a turn's transitions plus its result, and in its recorded form the
+A journal (docs/scenarios.md) is a turn's transitions plus its result, and in its recorded form the
 scenario fields that reproduce it. Reviewers mostly want the story of one turn: how many
 passes, which tools, whether it restarted, where the time went and why it ended. The raw JSON
 answers that only after some arithmetic; this module does the arithmetic.
