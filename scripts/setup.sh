@@ -1,31 +1,26 @@
 #!/usr/bin/env bash
-# Installs everything the project needs on a fresh machine: Debian's graphviz (for `dot`),
-# a virtualenv in .venv and the project with its dev dependencies. Safe to run repeatedly.
+# Installs everything the project needs on a fresh machine, then a virtualenv in .venv with
+# the project and its dev dependencies. Safe to run repeatedly: only what is missing is
+# installed. Debian packages: graphviz (`dot`, the diagrams) always; with --tests also
+# chromium (the review page's browser test drives it through Playwright, whose own browser
+# download needs the internet) and redis-server (the Redis backend's tests start their own
+# on a private socket, docs/redis.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v dot >/dev/null 2>&1; then
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq graphviz >/dev/null
+missing=()
+command -v dot >/dev/null 2>&1 || missing+=(graphviz)
+if [ "${1:-}" = "--tests" ]; then
+    [ -x /usr/bin/chromium ] || missing+=(chromium)
+    command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 fi
-
-# The review page's browser test drives Debian's Chromium with Playwright (Playwright's own
-# browser download needs the internet).
-if [ ! -x /usr/bin/chromium ]; then
+if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "setup: installing ${missing[*]} (Debian packages)" >&2
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
-fi
-
-# The Redis backend's tests start their own redis-server on a private socket (docs/redis.md).
-if ! command -v redis-server >/dev/null 2>&1; then
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+        "${missing[@]}" >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then
