@@ -19,8 +19,9 @@ class TelemetryConfig(BaseModel):
     service_name: str = Field(default="turn-engine", min_length=1)
     trace_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
     """The share of turns traced, each turn whole or not at all. Spans cost CPU: tracing every
-    turn took about 2.5 times a typical turn's own CPU time, one turn in ten about 1.4 times
-    (OpenTelemetry's SDK creating some 15 spans per traced turn; BENCHMARKS.md item 11)."""
+    turn took 1.8 times a typical turn's own instructions (2.5 times its CPU time on a busy
+    machine), one turn in ten 1.2 times (the SDK making some 15 spans per traced turn;
+    BENCHMARKS.md item 11)."""
     metrics: bool = False
     metrics_host: str = "127.0.0.1"
     """The scrape endpoint listens on this machine only unless told otherwise."""
