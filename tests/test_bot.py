@@ -1,84 +1,30 @@
-"""The bot end to end: real discord.py against the loopback Discord emulator, the real
-engine, a scripted model (SPEC D1-D4, S2, S7, S17, R3, R7, R8). Virtual time."""
+"""The bot end to end: the production client started with `client.start()` through the
+loopback Discord emulator's gateway, the real engine, a scripted model (SPEC D1-D4, S2, S7,
+R3, R7, R8). Messages and /kill arrive as gateway dispatches. Virtual time.
+
+Follow-up interrupts (S17) and 429 retries (D2) are in test_discord_gateway_bot.py."""
 
 from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import discord
 import pytest
+from gateway_support import CALLBACK, PARAGRAPH, SEND, bot_on_gateway
 from PIL import Image
 
-from discord_io.enrichment_tools import EnrichmentTools, discord_avatar_lookup
-from discord_io.media_fetch import MediaFetcher
-from discord_io.testing import CdnFile, DiscordEmulator, Fault, emulated_discord
+from discord_io.testing import CdnFile
 from fsm.engine.config import TurnConfig
-from fsm.engine.generation import Attempt
 from fsm.review.replay import replay_on_loop
 from fsm.scenarios.format import parse_scenario
 from fsm.scenarios.runner import read_journal
-from fsm.scenarios.scripted import ScriptedProvider
-from turn_engine.bot import TurnBot
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
-SEND = "POST /channels/{channel_id}/messages"
 TYPING = "POST /channels/{channel_id}/typing"
-CALLBACK = "POST /interactions/{interaction_id}/{token}/callback"
 AVATAR_HASH = "0123456789abcdef0123456789abcdef"
-
-
-@dataclass
-class Harness:
-    emu: DiscordEmulator
-    client: discord.Client
-    bot: TurnBot
-    provider: ScriptedProvider
-
-    async def mention(self, text: str, author: int | None = None) -> dict[str, Any]:
-        """A user mentions the bot; the gateway delivers it (as a task of its own, so give
-        it a moment to reach the queue)."""
-        payload = self.emu.add_message(self.emu.channel_id, author or self.emu.alice_id,
-                                       f"<@{self.emu.bot_id}> {text}",
-                                       mentions=[self.emu.bot_id])
-        self.client._connection.parse_message_create(payload)  # type: ignore[arg-type]
-        await asyncio.sleep(0.01)
-        return payload
-
-    def bot_messages(self) -> list[dict[str, Any]]:
-        return [r.json for r in self.emu.requests_to(SEND, status=200)
-                if isinstance(r.json, dict)]
-
-    async def idle(self) -> None:
-        """Wait until the channel has no running or queued turn."""
-        await self.bot.queue.join(str(self.emu.channel_id))
-
-
-@asynccontextmanager
-async def harness(passes: list[list[dict[str, Any]]], tmp_path: Path,
-                  **bot_options: Any) -> AsyncIterator[Harness]:
-    async with emulated_discord() as (emu, client):
-        provider = ScriptedProvider(parse_scenario({"passes": passes}).passes)
-        fetcher = MediaFetcher(allow_private=True)  # the emulator's CDN is on loopback
-        tools = EnrichmentTools(fetcher, discord_avatar_lookup(client)).tools()
-        bot = TurnBot(client, [Attempt(provider, "scripted")], tools=tools,
-                      journal_dir=tmp_path, **bot_options)
-        bot.attach()
-        await bot.start()
-        try:
-            yield Harness(emu, client, bot, provider)
-        finally:
-            await bot.aclose()
-            await fetcher.aclose()
-
-
-PARAGRAPH = "word " * 180  # 900 characters
 
 
 async def test_mention_streams_a_reply_in_several_messages(tmp_path: Path) -> None:
@@ -86,7 +32,7 @@ async def test_mention_streams_a_reply_in_several_messages(tmp_path: Path) -> No
     text = "\n\n".join(PARAGRAPH.strip() for _ in range(3))
     chunks = [{"at": 0.1 * (i + 1), "text": text[i * 100:(i + 1) * 100]}
               for i in range(len(text) // 100 + 1)]
-    async with harness([[*chunks, {"at": 5, "end": "completed"}]], tmp_path) as h:
+    async with bot_on_gateway([[*chunks, {"at": 5, "end": "completed"}]], tmp_path) as h:
         trigger = await h.mention("tell me a story")
         await h.idle()
         sent = h.bot_messages()
@@ -109,11 +55,10 @@ async def test_second_message_is_queued_and_answered_after(tmp_path: Path) -> No
     # covers D4
     passes = [[{"at": 1, "text": "first answer"}, {"at": 30, "end": "completed"}],
               [{"at": 1, "text": "second answer"}, {"at": 2, "end": "completed"}]]
-    async with harness(passes, tmp_path) as h:
+    async with bot_on_gateway(passes, tmp_path) as h:
         await h.mention("one")
         await asyncio.sleep(5)
-        bob = h.emu.add_user("bob")
-        await h.mention("two", author=int(bob["id"]))
+        await h.mention("two", author=h.bob)
         await asyncio.sleep(1)
         assert h.bot.queue.pending(str(h.emu.channel_id))
         await h.idle()
@@ -126,7 +71,7 @@ async def test_the_bot_keeps_only_its_recent_results(tmp_path: Path) -> None:
     # covers the bot's memory over weeks of turns: results are kept for a look, bounded
     passes = [[{"at": 1, "text": f"answer {n}"}, {"at": 2, "end": "completed"}]
               for n in range(3)]
-    async with harness(passes, tmp_path, recent_results=2) as h:
+    async with bot_on_gateway(passes, tmp_path, recent_results=2) as h:
         for n in range(3):
             await h.mention(f"question {n}")
             await h.idle()
@@ -138,15 +83,13 @@ async def test_kill_mid_stream_keeps_delivered_text_and_empties_the_queue(
     # covers D3, S7, D4 (lock released), typing stopped
     passes = [[{"at": 1, "text": "Once upon a time.\n\n"}, {"at": 2, "text": "The end"},
                {"at": 3, "stall": True}]]
-    async with harness(passes, tmp_path) as h:
+    async with bot_on_gateway(passes, tmp_path) as h:
         await h.mention("story")
-        bob = h.emu.add_user("bob")
         await asyncio.sleep(2.5)
-        await h.mention("and me", author=int(bob["id"]))
+        await h.mention("and me", author=h.bob)
         assert h.bot.queue.pending(str(h.emu.channel_id))
         await asyncio.sleep(7.5)  # the idle flush has sent the finished paragraph
-        h.client._connection.parse_interaction_create(  # type: ignore[arg-type]
-            h.emu.slash_command_payload("kill"))
+        await h.kill()
         (answer,) = await h.emu.wait_for(lambda r: r.route == CALLBACK)
         assert answer.json["data"]["flags"] == 64
         await h.idle()
@@ -159,30 +102,6 @@ async def test_kill_mid_stream_keeps_delivered_text_and_empties_the_queue(
         assert h.provider.calls == 1  # the queued message was dropped, not answered
 
 
-async def test_follow_up_from_the_same_user_interrupts_the_stream(tmp_path: Path) -> None:
-    # covers S17
-    passes = [[{"at": 1, "text": "Thinking about"}, {"at": 50, "end": "completed"}],
-              [{"at": 1, "text": "Answering the new message."}, {"at": 2, "end": "completed"}]]
-    async with harness(passes, tmp_path) as h:
-        await h.mention("question")
-        await asyncio.sleep(3)
-        await h.mention("actually, another question")
-        await h.idle()
-        assert [r.status for r in h.bot.results] == ["follow_up_interrupt", "completed"]
-
-
-async def test_rate_limited_send_is_retried(tmp_path: Path) -> None:
-    # covers D2 (429 retry_after honoured)
-    async with harness([[{"at": 1, "text": "hello"}, {"at": 2, "end": "completed"}]],
-                       tmp_path) as h:
-        h.emu.inject(SEND, Fault.rate_limited(2.0))
-        await h.mention("hi")
-        await h.idle()
-        statuses = [r.status for r in h.emu.requests_to(SEND)]
-        assert statuses == [429, 200]
-        assert h.bot.results[0].status == "completed"
-
-
 def _png() -> bytes:
     out = io.BytesIO()
     Image.new("RGB", (64, 64), "teal").save(out, format="PNG")
@@ -191,11 +110,9 @@ def _png() -> bytes:
 
 async def test_profile_picture_tool_restarts_the_turn_with_the_image(tmp_path: Path) -> None:
     # covers R3, R7, R8 with the real tool, download and stash
-    async with emulated_discord():
-        pass
     passes: list[list[dict[str, Any]]] = [[], [{"at": 1, "text": "Teal square!"},
                                                {"at": 2, "end": "completed"}]]
-    async with harness(passes, tmp_path) as h:
+    async with bot_on_gateway(passes, tmp_path, enrichment_tools=True) as h:
         carol = h.emu.add_user("carol", avatar=AVATAR_HASH)
         h.emu.cdn[f"/avatars/{carol['id']}/{AVATAR_HASH}.png"] = CdnFile("image/png", _png())
         h.provider._passes[0] = parse_scenario({"passes": [[
@@ -217,7 +134,7 @@ async def test_follow_up_interrupts_are_capped_while_the_channel_stays_busy(
         tmp_path: Path) -> None:
     # covers S17 (per-lock cap across a chain of queued turns)
     long_pass = [{"at": 1, "text": "thinking"}, {"at": 50, "end": "completed"}]
-    async with harness([long_pass, long_pass, long_pass], tmp_path,
+    async with bot_on_gateway([long_pass, long_pass, long_pass], tmp_path,
                        config=TurnConfig(max_follow_up_interrupts=1)) as h:
         await h.mention("first")
         await asyncio.sleep(3)

@@ -8,97 +8,17 @@ websocket on loopback.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import discord
 import pytest
+from gateway_support import CALLBACK, PARAGRAPH, SEND, bot_on_gateway
 
-from discord_io.testing import DiscordEmulator, Fault, connected_discord
+from discord_io.testing import Fault
 from discord_io.testing.gateway import IDENTIFY, RESUME
-from fsm.engine.generation import Attempt
-from fsm.scenarios.format import parse_scenario
-from fsm.scenarios.scripted import ScriptedProvider
-from turn_engine.bot import TurnBot, build_client
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
-
-SEND = "POST /channels/{channel_id}/messages"
-CALLBACK = "POST /interactions/{interaction_id}/{token}/callback"
-PARAGRAPH = "word " * 180  # 900 characters
-
-
-@dataclass
-class Harness:
-    emu: DiscordEmulator
-    client: discord.Client
-    bot: TurnBot
-    other_guild: int
-    other_channel: int
-    bob: int
-    posted: list[dict[str, Any]] = field(default_factory=list)
-
-    async def mention(self, text: str, *, author: int | None = None,
-                      channel: int | None = None) -> dict[str, Any]:
-        """A user mentions the bot; the gateway dispatches it to the guild's shard."""
-        payload = await self.emu.gateway.message_create(
-            channel if channel is not None else self.emu.channel_id,
-            author if author is not None else self.emu.alice_id,
-            f"<@{self.emu.bot_id}> {text}", mentions=[self.emu.bot_id])
-        self.posted.append(payload)
-        return payload
-
-    async def queued(self, channel: int, count: int = 1) -> None:
-        """Wait until `count` messages have reached the channel's queue (or its turn)."""
-        key = str(channel)
-        async with asyncio.timeout(30):
-            while len(self.bot.queue.pending(key)) + int(self.bot.queue.busy(key)) < count:
-                await asyncio.sleep(0.05)
-
-    async def idle(self, channel: int | None = None) -> None:
-        await self.bot.queue.join(str(channel if channel is not None else self.emu.channel_id))
-
-    def sent(self, channel: int | None = None) -> list[str]:
-        return [r.json["content"] for r in self.emu.sent(channel)]
-
-    def shard_of(self, channel: int) -> int:
-        guild = int(self.emu.channels[channel]["guild_id"])
-        return self.emu.gateway.shard_of(guild)
-
-
-@asynccontextmanager
-async def bot_on_gateway(passes: list[list[dict[str, Any]]], tmp_path: Path,
-                         **bot_options: Any) -> AsyncIterator[Harness]:
-    provider = ScriptedProvider(parse_scenario({"passes": passes}).passes)
-    made: dict[str, Any] = {}
-
-    def setup(emu: DiscordEmulator, client: discord.Client) -> None:
-        guild = emu.add_guild("second guild")
-        emu.add_member(guild, emu.alice_id)
-        made["guild"] = guild
-        made["channel"] = emu.add_text_channel("elsewhere", guild_id=guild)
-        made["bob"] = int(emu.add_user("bob")["id"])
-        emu.add_member(guild, made["bob"])
-        bot = TurnBot(client, [Attempt(provider, "scripted")], journal_dir=tmp_path,
-                      **bot_options)
-        bot.attach()
-
-        async def setup_hook() -> None:  # as turn_engine.bot.serve wires it
-            await bot.start()
-
-        client.setup_hook = setup_hook  # type: ignore[method-assign]
-        made["bot"] = bot
-
-    async with connected_discord(client_factory=build_client, setup=setup, shards=2) as (
-            emu, client):
-        bot = made["bot"]
-        try:
-            yield Harness(emu, client, bot, made["guild"], made["channel"], made["bob"])
-        finally:
-            await bot.aclose()
 
 
 def streamed(text: str, step_s: float = 0.1, size: int = 100) -> list[dict[str, Any]]:
