@@ -141,3 +141,30 @@ def test_compact_encoding_keeps_bytes_objects_and_lone_surrogates() -> None:
     assert decoded["cut"] == "half \ud83d" and decoded["other"] == "{2}"
     assert decoded["n"] == [1, 2]
     assert encode_journal({"é": "ü"}) == '{"é":"ü"}\n'.encode()
+
+
+@pytest.mark.asyncio
+async def test_turn_journals_are_encoded_and_written_off_the_event_loop(tmp_path: Path) -> None:
+    # covers O9 with issue 12 item 3: serializing and writing a journal never holds the loop
+    import threading
+
+    from fsm.review.journal import JournalRecorder
+    from fsm.scenarios.format import parse_scenario
+    from fsm.scenarios.runner import play
+
+    store = JournalStore(JournalSettings(dir=str(tmp_path), max_files=10))
+    writers: list[int] = []
+    real_write = store.write
+
+    def write(name: str, document: dict[str, Any]) -> Path | None:
+        writers.append(threading.get_ident())
+        return real_write(name, document)
+
+    store.write = write  # type: ignore[method-assign]
+    played = await play(parse_scenario({"passes": [[{"at": 0.0, "text": "hi"},
+                                                    {"at": 0.1, "end": "completed"}]]}))
+    recorder = JournalRecorder(played.turn.turn_id, played.turn.config, played.turn.tools,
+                               request=played.turn.request)
+    await store.save_turns([("one", played.turn, recorder)])
+    assert writers and threading.get_ident() not in writers
+    assert read_journal(tmp_path / "one.json")["result"]["status"] == "completed"

@@ -266,7 +266,7 @@ class TurnBot:
             self.requesters.pop(channel_id, None)
             await typing.stop()
             await channel.aclose()
-            self._write_journals(turns, items_of=message)
+            await self._write_journals(turns, items_of=message)
             log_turn_end(log, channel_id, str(message.id), result,
                          asyncio.get_running_loop().time() - started, failure=failure)
 
@@ -350,13 +350,14 @@ class TurnBot:
         self.locks.carry_follow_up_interrupts(
             lock, queued_next=bool(self.queue.pending(channel_id)))
 
-    def _write_journals(self, turns: list[tuple[Turn, JournalRecorder]],
-                        items_of: discord.Message) -> None:
+    async def _write_journals(self, turns: list[tuple[Turn, JournalRecorder]],
+                              items_of: discord.Message) -> None:
+        """Every attempt's journal, written off the event loop."""
         if self.journals is None:
             return
-        for turn, recorder in turns:
-            self.journals.write_turn(f"{items_of.channel.id}-{items_of.id}-{turn.turn_id}",
-                                     turn, recorder)
+        await self.journals.save_turns(
+            [(f"{items_of.channel.id}-{items_of.id}-{turn.turn_id}", turn, recorder)
+             for turn, recorder in turns])
 
 
 def _referenced_in(message: discord.Message,

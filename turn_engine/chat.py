@@ -293,8 +293,8 @@ async def _chat(settings: AppSettings, screen: Screen, input_fd: int | None,
                         on_attempt=on_attempt)
             finally:
                 locks.release(lock)
-                for turn, recorder in recorded:
-                    journals.write_turn(f"terminal-{number}-{turn.turn_id}", turn, recorder)
+                await journals.save_turns([(f"terminal-{number}-{turn.turn_id}", turn, recorder)
+                                           for turn, recorder in recorded])
             screen.status(f"  = {result.status}")
             failure = failure_line(result, attempts) if not result.delivered_text else None
             if failure is not None:

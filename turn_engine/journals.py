@@ -16,6 +16,7 @@ re-dated by hand are seen too, at a cost per write that stays constant.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import json
 import logging
@@ -142,13 +143,22 @@ class JournalStore:
     def enabled(self) -> bool:
         return self.settings.enabled
 
-    def write_turn(self, name: str, turn: Turn, recorder: JournalRecorder) -> Path | None:
-        """The turn's journal as `name`.json; None when journals are off or it failed."""
-        if not self.enabled:
-            return None
-        document = journal_document(recorder.scenario(), turn.transitions,
-                                    turn.result().as_dict())
-        return self.write(name, document)
+    async def save_turns(self, named: list[tuple[str, Turn, JournalRecorder]]) -> None:
+        """Each turn's journal, built on the loop (it reads the turn's state) and encoded and
+        written in a worker thread, so a big journal never holds the event loop (issue 12
+        item 3). The thread finishes its writes even if the caller is cancelled meanwhile."""
+        if not self.enabled or not named:
+            return
+        documents = [(name, self.document(turn, recorder)) for name, turn, recorder in named]
+        await asyncio.to_thread(self._write_all, documents)
+
+    def _write_all(self, documents: list[tuple[str, dict[str, Any]]]) -> None:
+        for name, document in documents:
+            self.write(name, document)
+
+    @staticmethod
+    def document(turn: Turn, recorder: JournalRecorder) -> dict[str, Any]:
+        return journal_document(recorder.scenario(), turn.transitions, turn.result().as_dict())
 
     def write(self, name: str, document: dict[str, Any]) -> Path | None:
         if not self.enabled:
