@@ -234,9 +234,30 @@ def _cut(buf: str, start: int, lang: str | None, limit: int,
     line_start = window.rfind("\n", 0, low) + 1
     space = window.rfind(" ", line_start, low)
     visible_before_space = space > line_start and bool(window[line_start:space].strip())
-    pos = _outside_backticks(window, space + 1 if visible_before_space else low)
-    end_lang = _lang_at(scan.toggles, lang, pos)
+    pos, end_lang = _fitting_cut(window, scan.toggles, sizes, lang, limit,
+                                 space + 1 if visible_before_space else low, low)
     return Chunk(_content(window, lang, pos, end_lang), window[:pos]), pos, end_lang
+
+
+def _fitting_cut(window: str, toggles: list[tuple[int, str | None]], sizes: _Sizes,
+                 lang: str | None, limit: int, preferred: int,
+                 longest: int) -> tuple[int, str | None]:
+    """The cut after a space (`preferred`), else at the longest prefix that fits, moved out
+    of any run of backticks. Moving a cut back before a fence that closes a block leaves
+    that block open, and the fence this message must then add to close it can cost more
+    than the text dropped: then the cut moves back until the message fits."""
+    pos, end_lang = longest, _lang_at(toggles, lang, longest)
+    for candidate in (preferred, longest):
+        pos = _outside_backticks(window, candidate)
+        end_lang = _lang_at(toggles, lang, pos)
+        if sizes.size(pos, end_lang) <= limit:
+            return pos, end_lang
+    while pos > 1:
+        pos = _outside_backticks(window, pos - 1)
+        end_lang = _lang_at(toggles, lang, pos)
+        if sizes.size(pos, end_lang) <= limit:
+            break
+    return pos, end_lang
 
 
 def _outside_backticks(text: str, pos: int) -> int:

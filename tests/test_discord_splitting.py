@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from discord_io.splitting import (
@@ -185,6 +185,10 @@ _texts = st.lists(
 @given(
     text=_texts, piece=st.integers(min_value=1, max_value=400), limit=st.sampled_from([80, 2000])
 )
+# Found by this test on a fresh clone: a hard cut moved back to the space before a closing
+# fence left the block open, and the fence the message then had to add overflowed by one.
+@example(text="0\U00010000```" + "x" * 700 + "000000\U00010000\U00010000 ```" + "x" * 700,
+         piece=105, limit=80)
 def test_any_stream_yields_bounded_balanced_messages_covering_the_text(
     text: str, piece: int, limit: int
 ) -> None:
