@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from fsm.engine.locks import ChannelLock, ChannelLockRegistry
 from fsm.engine.provider import AbortSignal, PassRequest, ProviderEvent
 from providers.config import ProviderConfig
 from providers.factory import build_provider
@@ -99,3 +101,24 @@ async def run(
     async with ReplayServer(script, **server_options) as server:
         events, summary = await collect(server, kind)
     return events, summary, server
+
+
+@asynccontextmanager
+async def serving(*servers: ReplayServer) -> AsyncIterator[aiohttp.ClientSession]:
+    """The loopback servers started, a client session for them, everything closed after."""
+    for server in servers:
+        await server.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield session
+    finally:
+        for server in servers:
+            await server.close()
+
+
+def channel_lock(owner: str = "http") -> tuple[ChannelLockRegistry, ChannelLock]:
+    """A lock registry and the held lock of channel "c", for a turn run by hand."""
+    locks = ChannelLockRegistry()
+    lock = locks.try_acquire("c", owner)
+    assert lock is not None
+    return locks, lock

@@ -4,23 +4,19 @@ turn and a generation turn (SPEC S3, S7, S10, G1, G2). Virtual time via looptime
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-import aiohttp
 import pytest
 
 from fsm.engine.config import TurnConfig
 from fsm.engine.generation import Attempt, run_generation_turn
-from fsm.engine.locks import ChannelLockRegistry
 from fsm.engine.prefill import TurnRequest
 from fsm.engine.turn import Turn
 from fsm.scenarios.scripted import InMemoryChannel
 from providers import build_provider
 from providers.replay_server import Hang, Pause, ReplayServer, Send
 
-from providers_support import config_for, sse
+from providers_support import channel_lock, config_for, serving, sse
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -34,31 +30,12 @@ STOP = {"id": "c1", "object": "chat.completion.chunk",
         "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
 
 
-@asynccontextmanager
-async def serving(*servers: ReplayServer) -> AsyncIterator[aiohttp.ClientSession]:
-    for server in servers:
-        await server.start()
-    try:
-        async with aiohttp.ClientSession() as session:
-            yield session
-    finally:
-        for server in servers:
-            await server.close()
-
-
-def _lock() -> tuple[ChannelLockRegistry, Any]:
-    locks = ChannelLockRegistry()
-    lock = locks.try_acquire("c", "http")
-    assert lock is not None
-    return locks, lock
-
-
 async def test_kill_mid_stream_disconnects_the_server() -> None:
     # covers S7, S3: /kill aborts the HTTP request at once; the server sees the disconnect
     server = ReplayServer([Send(sse(chunk("Once upon"))), Pause(1.0),
                            Send(sse(chunk(" a time"))), Hang()])
     async with serving(server) as session:
-        locks, lock = _lock()
+        locks, lock = channel_lock()
         provider = build_provider(config_for(server, "openai"), session)
         turn = Turn(provider=provider, channel=InMemoryChannel(), locks=locks, lock=lock)
         task = asyncio.create_task(turn.run())
@@ -76,7 +53,7 @@ async def test_stall_over_http_times_out_at_the_idle_budget() -> None:
     server = ReplayServer([Send(sse(chunk("Working"))), Pause(2.0), Send(sse(chunk(" on it"))),
                            Hang()])
     async with serving(server) as session:
-        locks, lock = _lock()
+        locks, lock = channel_lock()
         provider = build_provider(config_for(server, "openai"), session)
         turn = Turn(provider=provider, channel=InMemoryChannel(), locks=locks, lock=lock,
                     config=TurnConfig(idle_timeout_s=30))
@@ -94,7 +71,7 @@ async def test_429_then_fallback_completes() -> None:
                            headers={"retry-after": "7"})
     healthy = ReplayServer([Send(sse(chunk("Hello"), STOP)), Send(b"data: [DONE]\n\n")])
     async with serving(limited, healthy) as session:
-        locks, lock = _lock()
+        locks, lock = channel_lock()
         channel = InMemoryChannel()
         result = await run_generation_turn(
             [Attempt(build_provider(config_for(limited, "openai"), session), "primary"),
@@ -114,7 +91,7 @@ async def test_all_attempts_failing_post_one_deferred_notice() -> None:
     broken = ReplayServer(b'{"error": {"message": "upstream exploded", "type": "server_error"}}',
                           status=500, content_type="application/json")
     async with serving(stalled, broken) as session:
-        locks, lock = _lock()
+        locks, lock = channel_lock()
         channel = InMemoryChannel()
         result = await run_generation_turn(
             [Attempt(build_provider(config_for(stalled, "openai"), session), "primary"),

@@ -7,15 +7,11 @@ engine's generation chain, virtual time."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-import aiohttp
 import pytest
 
 from fsm.engine.generation import Attempt, run_generation_turn
-from fsm.engine.locks import ChannelLock, ChannelLockRegistry
 from fsm.engine.prefill import TurnRequest
 from fsm.engine.turn import Turn
 from fsm.scenarios.scripted import InMemoryChannel
@@ -23,7 +19,7 @@ from providers.factory import build_provider
 from providers.prefill import continuation_instruction
 from providers.replay_server import ReplayServer
 
-from providers_support import FIXTURES, anthropic_sse, config_for, sse
+from providers_support import FIXTURES, anthropic_sse, channel_lock, config_for, serving, sse
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -40,25 +36,6 @@ def chunk(text: str, finish: str | None = None) -> dict[str, Any]:
 def cut_primary() -> ReplayServer:
     """A primary that writes part of its answer and drops the connection without a finish."""
     return ReplayServer(sse(chunk("The forecast for Paris:"), chunk(" sunny in the morning,")))
-
-
-@asynccontextmanager
-async def serving(*servers: ReplayServer) -> AsyncIterator[aiohttp.ClientSession]:
-    for server in servers:
-        await server.start()
-    try:
-        async with aiohttp.ClientSession() as session:
-            yield session
-    finally:
-        for server in servers:
-            await server.close()
-
-
-def channel_lock() -> tuple[ChannelLockRegistry, ChannelLock]:
-    locks = ChannelLockRegistry()
-    lock = locks.try_acquire("c", "providers")
-    assert lock is not None
-    return locks, lock
 
 
 async def test_whitespace_only_reply_is_an_empty_response() -> None:
