@@ -210,3 +210,27 @@ def fmt(value: float, unit: str) -> str:
     if abs(value) >= 10:
         return f"{value:.1f} {unit}"
     return f"{value:.2f} {unit}"
+
+
+def module_at_commit(commit: str, path: str, name: str, package: str | None = None) -> Any:
+    """The module at `path` as it was at `commit` (for before/after benchmarks in one run),
+    or None without git history. `package` lets its relative imports resolve."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    try:
+        source = subprocess.run(
+            ["git", "show", f"{commit}:{path}"], cwd=ROOT,
+            capture_output=True, text=True, check=True, timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    if package is not None:
+        module.__package__ = package
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    exec(compile(source, f"{path}@{commit}", "exec"), module.__dict__)
+    return module

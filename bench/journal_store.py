@@ -19,17 +19,13 @@ out and says so.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import turn_engine.journals as journals
@@ -37,7 +33,7 @@ from fsm.review.journal import serialize_journal
 from fsm.scenarios.demo import main as demo_main
 from turn_engine.settings import JournalSettings
 
-from .common import ROOT, Section
+from .common import Section, module_at_commit
 
 BEFORE_COMMIT = "64d68cf"
 CHUNKS, CHUNK_CHARS = 42, 300
@@ -63,21 +59,9 @@ def bot_journal() -> dict[str, Any]:
 
 def store_before() -> type[Any] | None:
     """`JournalStore` as it was before the index, or None without git history."""
-    try:
-        source = subprocess.run(
-            ["git", "show", f"{BEFORE_COMMIT}:turn_engine/journals.py"], cwd=ROOT,
-            capture_output=True, text=True, check=True, timeout=30,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    spec = importlib.util.spec_from_loader("turn_engine.bench_journals_before", loader=None)
-    assert spec is not None
-    module: ModuleType = importlib.util.module_from_spec(spec)
-    module.__package__ = "turn_engine"  # its `from .settings import ...`
-    sys.modules[spec.name] = module
-    exec(compile(source, "journals.py@" + BEFORE_COMMIT, "exec"), module.__dict__)
-    store: type[Any] = module.JournalStore
-    return store
+    module = module_at_commit(BEFORE_COMMIT, "turn_engine/journals.py",
+                              "turn_engine.bench_journals_before", package="turn_engine")
+    return None if module is None else module.JournalStore
 
 
 @contextmanager

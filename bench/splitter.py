@@ -19,18 +19,14 @@ source tarball) the before column is left out and says so.
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
 import time
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any, Protocol
 
 from discord_io.delivery import FEED_SLICE
 from discord_io.splitting import Chunk, StreamSplitter
 
-from .common import ROOT, Section
+from .common import Section, module_at_commit
 
 BEFORE_COMMIT = "9411e58"
 MEGABYTE = 1 << 20
@@ -59,20 +55,8 @@ def texts(size: int) -> dict[str, str]:
 
 def splitter_before() -> type[Any] | None:
     """`StreamSplitter` as it was before the fix, or None without git history."""
-    try:
-        source = subprocess.run(
-            ["git", "show", f"{BEFORE_COMMIT}:discord_io/splitting.py"], cwd=ROOT,
-            capture_output=True, text=True, check=True, timeout=30,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    spec = importlib.util.spec_from_loader("bench_splitting_before", loader=None)
-    assert spec is not None
-    module: ModuleType = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    exec(compile(source, "splitting.py@" + BEFORE_COMMIT, "exec"), module.__dict__)
-    splitter: type[Any] = module.StreamSplitter
-    return splitter
+    module = module_at_commit(BEFORE_COMMIT, "discord_io/splitting.py", "bench_splitting_before")
+    return None if module is None else module.StreamSplitter
 
 
 def whole(make: Callable[[], Splitter], text: str, repeats: int) -> tuple[float, int]:
