@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import aiohttp
@@ -181,12 +181,13 @@ class DiscordChannel(TurnChannel):
     async def finish_pass(self) -> None:
         self._cancel_idle_flush()
         chunks = self._splitter.flush()
-        if chunks and self.typing is not None:
+        sends = any(not chunk.is_trailer for chunk in chunks)
+        if sends and self.typing is not None:
             await self.typing.stop()
         for chunk in chunks:
             self._enqueue(_Outgoing(chunk=chunk, notice=None))
         await self._settle()
-        if chunks and self.typing is not None and self.typing_resume_s is not None:
+        if sends and self.typing is not None and self.typing_resume_s is not None:
             # The engine may go on (tool call, next pass); the turn's owner stops it otherwise.
             self.typing.start(delay_s=self.typing_resume_s)
         if self.failure is not None:
@@ -232,8 +233,9 @@ class DiscordChannel(TurnChannel):
         splitter = StreamSplitter(MESSAGE_LIMIT)
         chunks = splitter.feed(f"**Thoughts of {owner}:** {text}") + splitter.flush()
         for chunk in chunks:
-            await target.send(content=chunk.content,
-                              allowed_mentions=discord.AllowedMentions.none())
+            if not chunk.is_trailer:
+                await target.send(content=chunk.content,
+                                  allowed_mentions=discord.AllowedMentions.none())
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -277,7 +279,7 @@ class DiscordChannel(TurnChannel):
     # ---- internals -----------------------------------------------------------------------
 
     def _enqueue(self, item: _Outgoing) -> None:
-        if item.chunk is not None and self._over_cap():
+        if item.chunk is not None and not item.chunk.is_trailer and self._over_cap():
             item.done.set_result(None)
             return
         self._outbox.append(item)
@@ -330,6 +332,9 @@ class DiscordChannel(TurnChannel):
     async def _send(self, item: _Outgoing) -> DeliveryError | None:
         if item.chunk is not None and self.failure is not None:
             return self.failure  # the reply already has a hole: send nothing after it
+        if item.chunk is not None and item.chunk.is_trailer:
+            self._account_trailer(item.chunk)
+            return None
         kwargs: dict[str, Any] = {"allowed_mentions": discord.AllowedMentions.none()}
         if self.reply_to is not None and not self._replied:
             kwargs["reference"] = discord.MessageReference(
@@ -356,6 +361,13 @@ class DiscordChannel(TurnChannel):
             assert item.notice is not None
             self.notices.append(DeliveredMessage(sent.id, "", "", kind="notice"))
         return None
+
+    def _account_trailer(self, trailer: Chunk) -> None:
+        """Whitespace streamed after the last message belongs to that message's account
+        (nothing is sent: Discord would strip it); with no message delivered it is not."""
+        if self.delivered:
+            last = self.delivered[-1]
+            self.delivered[-1] = replace(last, source=last.source + trailer.source)
 
     def _failed(self, item: _Outgoing, exc: BaseException) -> DeliveryError:
         what = (

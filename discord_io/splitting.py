@@ -48,10 +48,18 @@ def _well_formed(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """One message: `content` is sent; `source` is the streamed text it accounts for."""
+    """One message: `content` is sent; `source` is the streamed text it accounts for.
+
+    A chunk with empty `content` is a trailer: whitespace that streamed in after the last
+    message was cut. Nothing is sent for it; its text belongs to that message's account.
+    """
 
     content: str
     source: str
+
+    @property
+    def is_trailer(self) -> bool:
+        return not self.content
 
 
 class _Break(NamedTuple):
@@ -319,7 +327,8 @@ class StreamSplitter:
 
     `feed` returns only what must go out because the buffer can no longer fit one message;
     `flush_boundary` returns everything up to the last paragraph break or closed code block
-    (for a stream that paused); `flush` returns everything (the pass ended).
+    (for a stream that paused); `flush` returns everything (the pass ended), ending in a
+    trailer when only whitespace was left.
     """
 
     def __init__(self, limit: int = MESSAGE_LIMIT) -> None:
@@ -364,8 +373,13 @@ class StreamSplitter:
         return chunks
 
     def flush(self) -> list[Chunk]:
+        """Everything buffered. Whitespace left after the last message that was cut comes
+        back as a trailer, so the sources of all chunks handed out add up to the text."""
+        pending = self.pending
         chunks = _drain(self._buf, self._lang, self.limit, self._carry)
         self._buf, self._lang, self._carry = "", None, ""
+        if not chunks and pending:
+            return [Chunk("", pending)]
         return chunks
 
 
