@@ -5,7 +5,8 @@ redis-server with the other workers.
 The test drives it over stdin, one JSON line each: {"op": "message"|"interaction", "payload":
 ...} is handed to discord.py as the gateway would; {"op": "quit"} shuts it down. It reports
 on stdout, one JSON line each: ready, a message submitted, turn start and end (at the
-system-wide monotonic time, so the test compares workers), and the backend's warnings.
+system-wide monotonic time, so the test compares workers), and the backend's warnings. Its
+journals go to the folder the test names.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import discord
@@ -44,7 +46,7 @@ async def main(config: dict[str, Any]) -> None:
     client = discord.Client(intents=discord.Intents.default(), http_trace=fencing_trace())
     await client.login(config["token"])
     provider = ScriptedProvider(parse_scenario({"passes": config["passes"]}).passes)
-    bot = TurnBot(client, [Attempt(provider, "scripted")])
+    bot = TurnBot(client, [Attempt(provider, "scripted")], journal_dir=Path(config["journals"]))
     run_turn = bot.run_turn
 
     async def reported_turn(message: discord.Message, lock: ChannelLock) -> None:

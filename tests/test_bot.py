@@ -48,7 +48,10 @@ async def test_mention_streams_a_reply_in_several_messages(tmp_path: Path) -> No
         assert result.status == "completed"
         journals = sorted(tmp_path.glob("*.json"))
         assert len(journals) == 1
-        assert await replay_on_loop(read_journal(journals[0]), "bot journal") is None
+        journal = read_journal(journals[0])
+        assert journal["origin"] == {"channel_id": str(h.emu.channel_id),
+                                     "message_id": trigger["id"]}  # no worker in one process
+        assert await replay_on_loop(journal, "bot journal") is None
 
 
 async def test_second_message_is_queued_and_answered_after(tmp_path: Path) -> None:

@@ -58,6 +58,15 @@ def test_e05_summary_names_the_tool_the_restart_and_the_end() -> None:
     assert "ContextRestart" in text and "time in state" in text
 
 
+def test_summary_names_where_a_bot_turn_ran() -> None:
+    # covers D4: a bot journal's origin (channel, message, Redis worker and fencing token)
+    document = _document("e05_gif_restart_from_stash")
+    assert "origin" not in summarize(parse_journal(document, "e05"))
+    document["origin"] = {"channel_id": "7", "message_id": "9", "worker": "B", "fence": 3}
+    text = summarize(parse_journal(document, "e05"))
+    assert "origin     channel 7, message 9, worker B, fence 3" in text
+
+
 def test_summary_explains_a_kill_and_a_timeout() -> None:
     # covers issue item 3 (how it ended and why): S16 kill, S11/S12 timeout notice and metric
     killed = summarize(_journal("e04_kill_while_streaming"))

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -55,9 +56,15 @@ def stalled(worker: str) -> list[dict[str, Any]]:
 class BotProcess:
     name: str
     process: asyncio.subprocess.Process
+    journals: Path
     events: list[dict[str, Any]] = field(default_factory=list)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     reader: asyncio.Task[None] | None = None
+
+    def origins(self) -> list[dict[str, Any]]:
+        """The `origin` of every journal this worker wrote, in message order."""
+        documents = [json.loads(path.read_text()) for path in self.journals.glob("*.json")]
+        return sorted((d["origin"] for d in documents), key=lambda o: int(o["message_id"]))
 
     async def read(self) -> None:
         assert self.process.stdout is not None
@@ -126,14 +133,15 @@ class Cluster:
 
 
 async def _spawn(name: str, emu: DiscordEmulator, redis: RedisServer,
-                 passes: list[list[dict[str, Any]]]) -> BotProcess:
+                 passes: list[list[dict[str, Any]]], journals: Path) -> BotProcess:
     config = {"emulator": emu.base_url, "token": emu.token, "redis": redis.url,
-              "worker": name, "passes": passes, "ttl_s": TTL_S, "renew_every_s": RENEW_S}
+              "worker": name, "passes": passes, "ttl_s": TTL_S, "renew_every_s": RENEW_S,
+              "journals": str(journals)}
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = await asyncio.create_subprocess_exec(
         sys.executable, str(WORKER), json.dumps(config), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
-    bot = BotProcess(name, process)
+    bot = BotProcess(name, process, journals)
     bot.reader = asyncio.create_task(bot.read())
     await bot.wait(lambda e: e["event"] == "ready")
     return bot
@@ -146,7 +154,9 @@ async def cluster(redis: RedisServer, passes: dict[str, list[list[dict[str, Any]
         workers: dict[str, BotProcess] = {}
         try:
             for name, script in passes.items():
-                workers[name] = await _spawn(name, emu, redis, script)
+                journals = Path(tempfile.mkdtemp(prefix=f"journals-{name}-",
+                                                 dir=redis.directory))
+                workers[name] = await _spawn(name, emu, redis, script, journals)
             yield Cluster(emu, redis, workers)
         finally:
             for bot in workers.values():
@@ -252,6 +262,11 @@ async def test_worker_killed_mid_turn_is_taken_over_in_queue_order(
         owners = [e["owner"] for e in c.workers["B"].turns("start")]
         assert [o.split("@")[1].split(".f")[0] for o in owners] == ["B", "B"]
         assert [int(o.rsplit(".f", 1)[1]) for o in owners] == [fence_a + 1, fence_a + 2]
+        # and their journals say so in fields of their own; A's lost turn wrote none
+        assert c.workers["B"].origins() == [
+            {"channel_id": str(c.emu.channel_id), "message_id": m["id"], "worker": "B",
+             "fence": fence_a + n} for n, m in ((1, m2), (2, m3))]
+        assert c.workers["A"].origins() == []
         replies = [_replied_to(m) for m in c.answers() if m["content"].startswith("B")]
         assert replies == [m2["id"], m3["id"]]
         assert not [m for m in c.answers() if _replied_to(m) == m1["id"]]

@@ -357,7 +357,19 @@ class TurnBot:
             return
         await self.journals.save_turns(
             [(f"{items_of.channel.id}-{items_of.id}-{turn.turn_id}", turn, recorder)
-             for turn, recorder in turns])
+             for turn, recorder in turns], self._origin(items_of))
+
+    def _origin(self, message: discord.Message) -> dict[str, str | int]:
+        """Where a turn ran, for its journals: the channel and message, and with Redis the
+        worker that held the channel's lease and the lease's fencing token (D4)."""
+        origin: dict[str, str | int] = {"channel_id": str(message.channel.id),
+                                        "message_id": str(message.id)}
+        running = (self.scale_out.running.get(str(message.channel.id))
+                   if self.scale_out is not None else None)
+        if running is not None:
+            origin["worker"] = running.worker_id
+            origin["fence"] = running.fence
+        return origin
 
 
 def _referenced_in(message: discord.Message,

@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,13 +143,16 @@ class JournalStore:
     def enabled(self) -> bool:
         return self.settings.enabled
 
-    async def save_turns(self, named: list[tuple[str, Turn, JournalRecorder]]) -> None:
+    async def save_turns(self, named: list[tuple[str, Turn, JournalRecorder]],
+                         origin: Mapping[str, str | int] | None = None) -> None:
         """Each turn's journal, built on the loop (it reads the turn's state) and encoded and
         written in a worker thread, so a big journal never holds the event loop (issue 12
-        item 3). The thread finishes its writes even if the caller is cancelled meanwhile."""
+        item 3). The thread finishes its writes even if the caller is cancelled meanwhile.
+        `origin` (where the turns ran) goes into every one of them."""
         if not self.enabled or not named:
             return
-        documents = [(name, self.document(turn, recorder)) for name, turn, recorder in named]
+        documents = [(name, self.document(turn, recorder, origin))
+                     for name, turn, recorder in named]
         await asyncio.to_thread(self._write_all, documents)
 
     def _write_all(self, documents: list[tuple[str, dict[str, Any]]]) -> None:
@@ -157,8 +160,10 @@ class JournalStore:
             self.write(name, document)
 
     @staticmethod
-    def document(turn: Turn, recorder: JournalRecorder) -> dict[str, Any]:
-        return journal_document(recorder.scenario(), turn.transitions, turn.result().as_dict())
+    def document(turn: Turn, recorder: JournalRecorder,
+                 origin: Mapping[str, str | int] | None = None) -> dict[str, Any]:
+        return journal_document(recorder.scenario(), turn.transitions, turn.result().as_dict(),
+                                origin)
 
     def write(self, name: str, document: dict[str, Any]) -> Path | None:
         if not self.enabled:

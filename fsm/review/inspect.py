@@ -381,10 +381,21 @@ def _states(journal: Journal) -> list[str]:
     return out
 
 
+def _origin(journal: Journal) -> list[str]:
+    """Where the turn ran, when the journal says (the bot records it; with Redis the worker
+    and its fencing token tell a stale owner's turn from the one that took over)."""
+    origin = journal.scenario.get("origin")
+    if not isinstance(origin, dict):
+        return []
+    names = ("channel_id", "message_id", "worker", "fence")
+    parts = [f"{name.removesuffix('_id')} {origin[name]}" for name in names if name in origin]
+    return [f"origin     {', '.join(parts)}"] if parts else []
+
+
 def summarize(journal: Journal) -> str:
     """A readable account of one journal: how it ended and why, passes, tools, restarts,
     time per state."""
     out = [f"{journal.name}  ({journal.source})"]
-    for section in (_ending, _passes_and_tools, _restarts, _states):
+    for section in (_origin, _ending, _passes_and_tools, _restarts, _states):
         out.extend(section(journal))
     return "\n".join(out) + "\n"

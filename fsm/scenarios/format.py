@@ -10,6 +10,7 @@ instead of a traceback further on.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -328,11 +329,16 @@ def load_scenario(path: Path) -> Scenario:
 
 
 def journal_document(scenario: dict[str, Any], transitions: list[dict[str, Any]],
-                     result: dict[str, Any]) -> dict[str, Any]:
+                     result: dict[str, Any],
+                     origin: Mapping[str, str | int] | None = None) -> dict[str, Any]:
     """A recorded journal: the scenario fields that reproduce it, the transitions, the result.
     When the channel's own account of what it delivered differs from the passes' text, that
-    account is an input of the result and is recorded too (`channel.delivered_text`)."""
+    account is an input of the result and is recorded too (`channel.delivered_text`).
+    `origin` says where the turn ran (channel, message, and with Redis the worker and its
+    fencing token); replay does not read it."""
     doc = {k: v for k, v in scenario.items() if k not in ("journal", "result", "expect")}
+    if origin is not None:
+        doc["origin"] = dict(origin)
     delivered = result.get("delivered_text")
     passes = result.get("pass_results")
     if isinstance(delivered, str) and isinstance(passes, list) and "channel" not in doc:
