@@ -4,9 +4,13 @@ a heat map of several — with journal text that tries to be markup shown as tex
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
+import re
+import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -167,6 +171,48 @@ def test_review_command_refuses_a_missing_folder(tmp_path: Path) -> None:
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {tmp_path / 'nope'}: not a folder of journals"
+
+
+@pytest.mark.asyncio
+async def test_review_command_names_the_port_it_bound_and_stops_on_ctrl_c(
+        journals: Path) -> None:
+    # covers issue 18 item 2: `--port 0` serves on a free port and prints that port, the page
+    # answers there, and Ctrl-C stops the command with exit 0 and no traceback
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "fsm", "review", str(journals), "--port", "0", cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        async with asyncio.timeout(60):
+            line = (await proc.stdout.readline()).decode()
+        match = re.fullmatch(r"review page for .+: (http://127\.0\.0\.1:(\d+)/) \(Ctrl-C stops "
+                             r"it\)\n", line)
+        assert match is not None and int(match[2]) != 0, line
+        async with ClientSession() as http, http.get(match[1] + "api/journals") as answer:
+            assert answer.status == 200
+            assert len((await answer.json())["rows"]) == 6
+        proc.send_signal(signal.SIGINT)
+        async with asyncio.timeout(60):
+            _, err = await proc.communicate()
+        assert proc.returncode == 0 and b"Traceback" not in err, err
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+def test_review_command_names_a_busy_port_in_one_line(journals: Path) -> None:
+    # covers issue 18 item 2: a port already taken is one line and exit 2, not a traceback
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "fsm", "review", str(journals),
+                               "--port", str(port)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: ")
+    assert proc.stderr.count("\n") == 1
 
 
 @pytest.mark.asyncio

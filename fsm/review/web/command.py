@@ -4,6 +4,7 @@ when the command runs, so the rest of the CLI starts without aiohttp)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ipaddress
 import sys
 from pathlib import Path
@@ -28,16 +29,33 @@ def cmd_review(args: argparse.Namespace) -> int:
     if not loopback:
         print(f"warning: serving {root}'s journals (what users wrote) to the network on "
               f"{args.host}", file=sys.stderr)
+    try:
+        asyncio.run(_serve(root, args.host, args.port, loopback))
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+async def _serve(root: Path, host: str, port: int, loopback: bool) -> None:
+    """Serve until cancelled, naming the address really bound (`--port 0` picks a free one)."""
     from aiohttp import web
 
     from .server import create_app
 
-    app = create_app(root, loopback_only=loopback)
-    shown = f"[{args.host}]" if ":" in args.host else args.host
-    web.run_app(app, host=args.host, port=args.port,
-                print=lambda _: print(f"review page for {root}: http://{shown}:{args.port}/ "
-                                      "(Ctrl-C stops it)", flush=True))
-    return 0
+    runner = web.AppRunner(create_app(root, loopback_only=loopback))
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        bound = runner.addresses[0][1]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"review page for {root}: http://{shown}:{bound}/ (Ctrl-C stops it)", flush=True)
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
 
 
 def add_review_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,5 +66,5 @@ def add_review_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--host", default=DEFAULT_HOST,
                    help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT,
-                   help=f"port to listen on (default {DEFAULT_PORT})")
+                   help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
     p.set_defaults(func=cmd_review)
