@@ -34,3 +34,17 @@ async def test_a_signal_stops_the_bot_cleanly_with_a_reply_streaming(
     assert "Traceback" not in log and f"{sig.name} received: stopping" in log
     [journal] = tmp_path.glob("*.json")
     assert json.loads(journal.read_text())["result"]["status"] == "stopped_by_user"
+
+
+def test_ctrl_c_while_the_main_job_starts_is_quiet(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # covers O8: Ctrl-C before the job installs its own handling (settings loading, Discord
+    # logging in, the chat starting) ends the command with exit 0 and one line, no traceback
+    import turn_engine.__main__ as main_job
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(main_job, "load_settings", interrupted)
+    assert main_job.main("auto") == 0
+    assert capsys.readouterr().err == "stopped (Ctrl-C)\n"

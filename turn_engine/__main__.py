@@ -18,7 +18,16 @@ from .startup import StartupError
 
 def main(mode: str = "auto") -> int:
     """Run the main job; `mode` is "auto" (chosen by what is configured), "bot", "chat" or
-    "demo" (the `turn-engine` subcommands)."""
+    "demo" (the `turn-engine` subcommands). Ctrl-C before the job has installed its own
+    handling (while settings load, Discord logs in, the chat starts) stops it quietly too."""
+    try:
+        return _run(mode)
+    except KeyboardInterrupt:
+        print("stopped (Ctrl-C)", file=sys.stderr)
+        return 0
+
+
+def _run(mode: str) -> int:
     setup_logging()
     try:
         settings = load_settings()
