@@ -202,7 +202,7 @@ class Monitor:
         self._interactions[payload["id"]] = channel
 
 
-async def _one_run(channels: int, *, profile: bool = False) -> Run:
+async def _one_run(channels: int, *, profile: bool = False, sweep: str = "amortized") -> Run:
     text = reply_text()
     emu = DiscordEmulator(validate=False)
     emu.gateway.shards = 2
@@ -223,7 +223,8 @@ async def _one_run(channels: int, *, profile: bool = False) -> Run:
         config = {"rest_base": emu.base_url, "cdn_base": emu.cdn_base,
                   "gateway_url": emu.gateway.url, "provider_url": provider_url,
                   "token": emu.token, "journal_dir": str(Path(tmp) / "journals"),
-                  "out": str(out), "core": bot_core, "profile": profile, "turns": channels}
+                  "out": str(out), "core": bot_core, "profile": profile, "turns": channels,
+                  "sweep": sweep}
         config_path = Path(tmp) / "config.json"
         config_path.write_text(json.dumps(config))
         proc = await asyncio.create_subprocess_exec(
@@ -326,13 +327,21 @@ def send_lags(calls: list[tuple[str, float]], emu: DiscordEmulator) -> list[floa
     return lags
 
 
-def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True) -> Section:
+def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
+            compare_sweep: bool = False) -> Section:
+    """`compare_sweep` runs the largest N a second time, in the same run, with discord.py's
+    own rate-limit bucket sweep instead of the amortized one (`discord_io.rate_limits`)."""
     section = Section("full_bot", "7. The whole bot through the gateway (N channels "
                                   "streaming at once)")
     runs = [run_async(partial(_one_run, n)) for n in sizes]
     section.details["runs"] = [r.summary() for r in runs]
     largest = runs[-1].summary()
     n = largest["channels"]
+    if compare_sweep:
+        before = run_async(partial(_one_run, n, sweep="discord.py")).summary()
+        section.details["discord_py_sweep"] = before
+        section.add(f"CPU per turn, discord.py's sweep ÷ amortized (N={n})",
+                    before["cpu_ms_per_turn"] / largest["cpu_ms_per_turn"], "×")
     section.add(f"mention → first message p50 (N={n})", largest["first_send_p50_ms"], "ms",
                 note=_floor_note())
     section.add(f"mention → first message p99 (N={n})", largest["first_send_p99_ms"], "ms")
@@ -368,9 +377,12 @@ def table(section: Section) -> list[str]:
              "core | KiB/channel | complete | sends | 429s | run | load avg |",
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
              "---: | ---: | ---: | ---: | ---: |"]
-    for r in section.details.get("runs", []):
+    variant = section.details.get("discord_py_sweep")
+    rows = [("", r) for r in section.details.get("runs", [])]
+    rows += [(" (discord.py's sweep)", variant)] if variant else []
+    for label, r in rows:
         lines.append(
-            f"| {r['channels']:,} | {r['first_send_p50_ms']:.0f} ms | "
+            f"| {r['channels']:,}{label} | {r['first_send_p50_ms']:.0f} ms | "
             f"{r['first_send_p99_ms']:.0f} ms | {r['lag_p99_ms']:.1f} ms ({r['lag_samples']}) "
             f"| {r['kill_p99_ms']:.1f} ms | {r['kill_answer_p99_ms']:.1f} ms | "
             f"{r['cpu_ms_per_turn']:.1f} ms | {r['bot_core_pct']:.0f} % | "

@@ -3,7 +3,8 @@ wiring (`build_client()`, an AutoShardedClient; the OpenAI adapter over aiohttp;
 disk) — pointed at the emulated Discord and the paced model of the driver, pinned to one
 core, until SIGTERM. It records when each turn ended and how (`run_generation_turn` wrapped)
 and when it asked discord.py for each message send, and writes that, with its CPU time and
-optionally a CPU-time cProfile, as JSON.
+optionally a CPU-time cProfile, as JSON. `"sweep": "discord.py"` in the config runs it with
+discord.py's own bucket sweep (the side-by-side variant of BENCHMARKS.md 7c).
 
 `python -m bench.full_bot_process CONFIG_JSON` (written by `bench.full_bot`).
 """
@@ -15,6 +16,7 @@ import logging
 import os
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ import discord
 import yarl
 from pydantic import SecretStr
 
+from discord_io import rate_limits
 from providers import ProviderConfig
 from turn_engine import bot as bot_module
 from turn_engine.settings import AppSettings, JournalSettings
@@ -62,6 +65,15 @@ def _record_send_calls(calls: list[tuple[str, float]]) -> None:
     discord.http.HTTPClient.request = recording  # type: ignore[method-assign]
 
 
+def _restore_discord_py_sweep(client: discord.Client) -> None:
+    """The side-by-side variant: discord.py's own walk of every bucket on each new one
+    (marked as amortized so that the delivery layer leaves it in place)."""
+    http = client.http
+    http._try_clear_expired_ratelimits = types.MethodType(  # type: ignore[method-assign]
+        discord.http.HTTPClient._try_clear_expired_ratelimits, http)
+    setattr(http, rate_limits._AMORTIZED, True)
+
+
 def main() -> int:
     config = json.loads(Path(sys.argv[1]).read_text())
     if config.get("core") is not None:
@@ -79,7 +91,10 @@ def main() -> int:
     )
 
     async def serve() -> int:
-        return await bot_module.serve(settings, client=bot_module.build_client())
+        client = bot_module.build_client()
+        if config.get("sweep") == "discord.py":
+            _restore_discord_py_sweep(client)
+        return await bot_module.serve(settings, client=client)
 
     profile: dict[str, Any] | None = None
     if config.get("profile"):

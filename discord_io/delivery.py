@@ -27,7 +27,7 @@ from fsm.engine.channel import (
     TurnChannel,
 )
 
-from .rate_limits import guard_global_rate_limit
+from .rate_limits import guard_rate_limits
 from .splitting import MESSAGE_LIMIT, Chunk, StreamSplitter
 from .typing_indicator import TypingIndicator
 
@@ -138,7 +138,7 @@ class DiscordChannel(TurnChannel):
         self.notices: list[DeliveredMessage] = []
         self.failure: DeliveryError | None = None
         self._client = client
-        guard_global_rate_limit(client)  # `aclose` and a cancelled turn cancel sends in flight
+        guard_rate_limits(client)  # `aclose` and a cancelled turn cancel sends in flight
         self._messageable = client.get_partial_messageable(channel_id)
         self._splitter = StreamSplitter(limit)
         self._outbox: deque[_Outgoing] = deque()

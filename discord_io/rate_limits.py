@@ -1,4 +1,6 @@
-"""Keep discord.py's global rate limit from wedging a client when a request is cancelled (D2).
+"""Two fixes to discord.py's rate-limit bookkeeping that a busy bot meets (D2).
+
+**A cancelled request must not wedge the client.**
 
 discord.py (2.7) clears `HTTPClient._global_over` while a request sleeps off a global 429 and
 sets it again only after the sleep. A request cancelled during that sleep never sets it, and
@@ -9,6 +11,16 @@ or stale turn, a restart's look-ups), so every client it uses gets `guard_global
 a cancelled request that leaves the flag cleared sets it again. If another request is still
 sleeping off the same limit, the cost is an early retry that Discord answers with another 429,
 which discord.py honours.
+
+**Forgetting idle buckets must not cost the whole table per new bucket.** discord.py keeps
+one rate-limit bucket per route and channel (and one per interaction token) and, from 256
+buckets on, walks all of them for idle ones every time it creates a new one: with a thousand
+busy channels that walk was a fifth of the bot's CPU (BENCHMARKS.md 7b), quadratic in the
+channels. `amortize_bucket_sweep` walks them only when the table has doubled since the last
+walk, so each new bucket costs O(1) on average and the table stays below twice the buckets in
+use (and at least the 256 discord.py allows).
+
+`guard_rate_limits` applies both to a client, once.
 """
 
 from __future__ import annotations
@@ -22,6 +34,39 @@ import discord
 log = logging.getLogger(__name__)
 
 _GUARDED = "_turn_engine_global_guard"
+_AMORTIZED = "_turn_engine_amortized_sweep"
+SWEEP_FLOOR = 256
+"""discord.py's own threshold: below it, no bucket is ever forgotten."""
+
+
+def guard_rate_limits(client: discord.Client) -> None:
+    """Both fixes, idempotent: every client this layer sends through gets them."""
+    guard_global_rate_limit(client)
+    amortize_bucket_sweep(client)
+
+
+def amortize_bucket_sweep(client: discord.Client) -> None:
+    """Replace `client.http`'s per-new-bucket sweep with one that runs when the bucket table
+    has doubled since the last sweep (discord.py forgets a bucket idle for 300 s with nothing
+    queued; which buckets it forgets is unchanged, only how often it looks)."""
+    http = client.http
+    buckets = getattr(http, "_buckets", None)
+    if getattr(http, _AMORTIZED, False) or not isinstance(buckets, dict) or \
+            not callable(getattr(http, "_try_clear_expired_ratelimits", None)):
+        return
+    next_sweep = SWEEP_FLOOR
+
+    def sweep() -> None:
+        nonlocal next_sweep
+        table: dict[str, Any] = http._buckets
+        if len(table) < next_sweep:
+            return
+        for key in [key for key, bucket in table.items() if bucket.is_inactive()]:
+            del table[key]
+        next_sweep = max(SWEEP_FLOOR, 2 * len(table))
+
+    http._try_clear_expired_ratelimits = sweep  # type: ignore[method-assign]
+    setattr(http, _AMORTIZED, True)
 
 
 def guard_global_rate_limit(client: discord.Client) -> None:

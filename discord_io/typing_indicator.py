@@ -16,7 +16,7 @@ from types import TracebackType
 import aiohttp
 import discord
 
-from .rate_limits import guard_global_rate_limit
+from .rate_limits import guard_rate_limits
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class TypingIndicator:
     def for_channel(
         cls, client: discord.Client, channel_id: int, *, interval_s: float = DEFAULT_INTERVAL_S
     ) -> TypingIndicator:
-        guard_global_rate_limit(client)  # `stop` cancels a post that may be in a global 429
+        guard_rate_limits(client)  # `stop` cancels a post that may be in a global 429
         channel = client.get_partial_messageable(channel_id)
 
         async def trigger() -> None:

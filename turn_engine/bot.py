@@ -37,6 +37,7 @@ from discord_io.history import (
 )
 from discord_io.kill_command import KillPermission, install_kill_command
 from discord_io.media_fetch import MediaFetcher
+from discord_io.rate_limits import guard_rate_limits
 from discord_io.stale_sweeper import StaleLockSweeper
 from discord_io.typing_indicator import TypingIndicator
 from fsm.engine.config import TurnConfig
@@ -391,11 +392,14 @@ def build_client(http_trace: aiohttp.TraceConfig | None = None) -> discord.Clien
     intents = discord.Intents.default()
     intents.message_content = True
     if http_trace is None:
-        return discord.AutoShardedClient(intents=intents,
-                                         allowed_mentions=discord.AllowedMentions.none())
-    return discord.AutoShardedClient(intents=intents,
-                                     allowed_mentions=discord.AllowedMentions.none(),
-                                     http_trace=http_trace)
+        client = discord.AutoShardedClient(intents=intents,
+                                           allowed_mentions=discord.AllowedMentions.none())
+    else:
+        client = discord.AutoShardedClient(intents=intents,
+                                           allowed_mentions=discord.AllowedMentions.none(),
+                                           http_trace=http_trace)
+    guard_rate_limits(client)
+    return client
 
 
 def select_tools(all_tools: Sequence[Tool], settings: ToolSettings) -> list[Tool]:
