@@ -1,13 +1,14 @@
 """The bot started as production starts it, for end-to-end tests: `build_client()` (an
 AutoShardedClient, two shards) with `client.start()` against the emulated gateway and REST,
 `TurnBot.start()` in the client's setup_hook as `turn_engine.bot.serve` wires it, and a
-scripted model. Users' messages and `/kill` reach the bot as gateway dispatches.
+scripted model. Users' messages and `/kill` reach the bot as gateway dispatches, and so do
+the roles and channels an administrator creates while it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,10 +46,19 @@ class Harness:
         """A user mentions the bot; the gateway dispatches it to the guild's shard. Returns
         once the client has parsed it (after a RESUME, if the shard is away), with a moment
         for the bot's on_message task to reach the queue."""
+        return await self.say(text, author=author, channel=channel)
+
+    async def say(self, text: str, *, author: int | None = None, channel: int | None = None,
+                  mention: bool = True, reply_to: int | None = None,
+                  attachments: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+        """A user posts, mentioning the bot or not (`mention=False`: chatter), perhaps as a
+        reply or with uploads, in a guild channel or a DM (`dm`); as `mention` returns."""
+        content = f"<@{self.emu.bot_id}> {text}" if mention else text
         payload = await self.emu.gateway.message_create(
             channel if channel is not None else self.emu.channel_id,
-            author if author is not None else self.emu.alice_id,
-            f"<@{self.emu.bot_id}> {text}", mentions=[self.emu.bot_id])
+            author if author is not None else self.emu.alice_id, content,
+            mentions=[self.emu.bot_id] if mention else [], reply_to=reply_to,
+            attachments=attachments)
         self.posted.append(payload)
         await self.received(int(payload["id"]))
         return payload
@@ -60,10 +70,55 @@ class Harness:
                 await asyncio.sleep(0.01)
         await asyncio.sleep(0.01)
 
-    async def kill(self, channel: int | None = None) -> dict[str, Any]:
-        """A user runs /kill; the gateway dispatches the interaction."""
+    async def kill(self, channel: int | None = None, *, user: int | None = None,
+                   permissions: int = 0) -> dict[str, Any]:
+        """A user (alice unless `user`) runs /kill; the gateway dispatches the interaction
+        with the member's `permissions` in the channel."""
         return await self.emu.gateway.interaction(
-            "kill", channel_id=channel if channel is not None else self.emu.channel_id)
+            "kill", channel_id=channel if channel is not None else self.emu.channel_id,
+            user_id=user, permissions=permissions)
+
+    async def kill_answer(self, channel: int | None = None, *, user: int | None = None,
+                          permissions: int = 0) -> str:
+        """/kill as `kill` runs it; the text the bot answered the interaction with."""
+        payload = await self.kill(channel, user=user, permissions=permissions)
+        [answer] = await self.emu.wait_for(
+            lambda r: r.route == CALLBACK and r.params.get("interaction_id") == payload["id"],
+            timeout=DELIVERY_TIMEOUT_S)
+        return str(answer.json["data"]["content"])
+
+    def user(self, name: str) -> int:
+        """A new user, a member of the emulated guild (their messages carry the member)."""
+        return int(self.emu.add_user(name)["id"])
+
+    def dm(self, user: int | None = None) -> int:
+        """The DM channel of `user` (alice) with the bot; Discord announces none to a bot."""
+        return self.emu.add_dm_channel(user if user is not None else self.emu.alice_id)
+
+    async def add_role(self, name: str, *, permissions: int = 0) -> int:
+        """A role created in the emulated guild while the bot runs (GUILD_ROLE_CREATE);
+        returns once the client knows it. Give it with `emu.member_roles[user].append`."""
+        role = self.emu.add_role(name, permissions=permissions)
+        await self.emu.gateway.role_create(role)
+        guild = self.client.get_guild(self.emu.guild_id)
+        assert guild is not None
+        await self.until(lambda: guild.get_role(role) is not None)
+        return role
+
+    async def add_text_channel(self, name: str, *, guild: int | None = None) -> int:
+        """A text channel created while the bot runs (CHANNEL_CREATE); returns once the
+        client knows it."""
+        channel = self.emu.add_text_channel(name, guild_id=guild)
+        await self.emu.gateway.channel_create(channel)
+        await self.until(lambda: self.client.get_channel(channel) is not None)
+        return channel
+
+    @staticmethod
+    async def until(done: Callable[[], bool]) -> None:
+        """Wait (loop clock, bounded) until `done()` holds."""
+        async with asyncio.timeout(DELIVERY_TIMEOUT_S):
+            while not done():
+                await asyncio.sleep(0.01)
 
     async def queued(self, channel: int, count: int = 1) -> None:
         """Wait until `count` messages have reached the channel's queue (or its turn)."""
@@ -79,6 +134,11 @@ class Harness:
     def sent(self, channel: int | None = None) -> list[str]:
         return [r.json["content"] for r in self.emu.sent(channel)]
 
+    def context_ids(self, request_index: int) -> list[str]:
+        """The ids of the dialogue messages the model saw in its `request_index`th call."""
+        return [item["message_id"] for item in self.provider.requests[request_index].context_items
+                if item.get("type") == "dialogue"]
+
     def bot_messages(self) -> list[dict[str, Any]]:
         return [r.json for r in self.emu.requests_to(SEND, status=200)
                 if isinstance(r.json, dict)]
@@ -89,12 +149,15 @@ class Harness:
 
 
 @asynccontextmanager
-async def bot_on_gateway(passes: list[list[dict[str, Any]]], tmp_path: Path, *,
+async def bot_on_gateway(passes: list[list[dict[str, Any]]], tmp_path: Path | None, *,
                          enrichment_tools: bool = False,
+                         attempts: Sequence[Attempt] | None = None,
                          **bot_options: Any) -> AsyncIterator[Harness]:
     """The bot on a two-shard gateway with a second guild (its channel "elsewhere", alice
     and bob members). `enrichment_tools` gives it the real tools, downloading from the
-    emulator's CDN on loopback."""
+    emulator's CDN on loopback. `attempts` replace the one scripted attempt of `passes`
+    (a fallback chain, a real adapter against a loopback model); `tmp_path` None keeps no
+    journals."""
     provider = ScriptedProvider(parse_scenario({"passes": passes}).passes)
     made: dict[str, Any] = {}
 
@@ -109,8 +172,8 @@ async def bot_on_gateway(passes: list[list[dict[str, Any]]], tmp_path: Path, *,
             made["fetcher"] = MediaFetcher(allow_private=True)
             bot_options["tools"] = EnrichmentTools(
                 made["fetcher"], discord_avatar_lookup(client)).tools()
-        bot = TurnBot(client, [Attempt(provider, "scripted")], journal_dir=tmp_path,
-                      **bot_options)
+        chain = list(attempts) if attempts is not None else [Attempt(provider, "scripted")]
+        bot = TurnBot(client, chain, journal_dir=tmp_path, **bot_options)
         bot.attach()
 
         async def setup_hook() -> None:  # as turn_engine.bot.serve wires it

@@ -4,9 +4,10 @@
 (token: close 4004; privileged intents the application was not granted: close 4014; shard:
 close 4010) and answered with READY and one GUILD_CREATE per guild of the shard (channels,
 members, the @everyone role). Dispatches (MESSAGE_CREATE, MESSAGE_REACTION_ADD,
-INTERACTION_CREATE, ...) go to the shard that owns the guild, `(guild_id >> 22) % shards`, and
-only when the session's intents ask for them; without MESSAGE_CONTENT a message that does not
-mention the bot arrives with its content blanked, as Discord does it.
+INTERACTION_CREATE, GUILD_ROLE_CREATE, CHANNEL_CREATE, ...) go to the shard that owns the
+guild, `(guild_id >> 22) % shards` (DMs: shard 0), and only when the session's intents ask for
+them; without MESSAGE_CONTENT a message that does not mention the bot arrives with its content
+blanked, as Discord does it.
 
 Heartbeats run in loop time: discord.py's own heartbeat thread keeps real time, so the gateway
 asks for a beat (op 1) every heartbeat interval of the loop's clock and acknowledges each beat
@@ -42,6 +43,7 @@ class EmulatedWorld(Protocol):
     bot_id: int
     application_id: int
     guild_id: int
+    channel_id: int
     alice_id: int
     users: dict[int, JsonDict]
     guilds: dict[int, JsonDict]
@@ -57,14 +59,16 @@ class EmulatedWorld(Protocol):
     def timestamp_of(self, snowflake: int) -> str: ...
 
     def add_message(self, channel_id: int, author_id: int, content: str, *,
-                    mentions: Iterable[int] = (), reply_to: int | None = None) -> JsonDict: ...
+                    mentions: Iterable[int] = (), reply_to: int | None = None,
+                    attachments: Iterable[JsonDict] = ()) -> JsonDict: ...
 
     def add_reaction(self, message_id: int, emoji: str, user_id: int) -> None: ...
 
     def member_payload(self, user_id: int) -> JsonDict: ...
 
     def slash_command_payload(self, name: str, *, channel_id: int | None = None,
-                              user_id: int | None = None, guild: bool = True) -> JsonDict: ...
+                              user_id: int | None = None, guild: bool = True,
+                              permissions: int = 0) -> JsonDict: ...
 
 GATEWAY_PATH = "/gateway-ws"
 HEARTBEAT_INTERVAL_MS = 41_250
@@ -96,6 +100,8 @@ _NEEDS = {  # event: (intent in a guild, intent in a DM); 0 = always delivered
     "MESSAGE_REACTION_ADD": (GUILD_MESSAGE_REACTIONS, DIRECT_MESSAGE_REACTIONS),
     "GUILD_CREATE": (GUILDS, GUILDS),
     "INTERACTION_CREATE": (0, 0),
+    "GUILD_ROLE_CREATE": (GUILDS, GUILDS),
+    "CHANNEL_CREATE": (GUILDS, GUILDS),
 }
 
 
@@ -248,11 +254,16 @@ class Gateway:
         return True
 
     async def message_create(self, channel_id: int, author_id: int, content: str, *,
-                             mentions: Iterable[int] = (), reply_to: int | None = None
-                             ) -> JsonDict:
-        """A user posts a message: stored in the channel and dispatched; returns it."""
+                             mentions: Iterable[int] = (), reply_to: int | None = None,
+                             attachments: Iterable[JsonDict] = ()) -> JsonDict:
+        """A user posts a message: stored in the channel and dispatched; returns it.
+
+        In a guild channel the event carries `guild_id` and the author's `member` (with the
+        roles given in `member_roles`); in a DM (`add_dm_channel`) neither, and it goes to
+        shard 0. `reply_to` makes it a reply (`message_reference`, `referenced_message`);
+        `attachments` are `add_attachment` results."""
         message = self._emu.add_message(channel_id, author_id, content, mentions=mentions,
-                                        reply_to=reply_to)
+                                        reply_to=reply_to, attachments=attachments)
         guild_id = self._guild_of(channel_id)
         event = dict(message)
         if guild_id is not None:
@@ -282,13 +293,37 @@ class Gateway:
         await self.dispatch("MESSAGE_REACTION_ADD", data, guild_id=guild_id)
 
     async def interaction(self, name: str, *, channel_id: int | None = None,
-                          user_id: int | None = None) -> JsonDict:
-        """A user runs the synced slash command `name`; returns the interaction payload."""
-        payload = self._emu.slash_command_payload(name, channel_id=channel_id, user_id=user_id)
+                          user_id: int | None = None, permissions: int = 0) -> JsonDict:
+        """A user runs the synced slash command `name`; returns the interaction payload.
+
+        In a guild channel it carries `guild_id` and the user's `member`: their roles from
+        `member_roles`, `permissions` their permissions in the channel (e.g. MANAGE_MESSAGES,
+        1 << 13). In a DM channel it carries `user` instead and no guild, as Discord sends
+        it (`permissions` does not apply), and goes to shard 0."""
+        in_guild = self._guild_of(
+            channel_id if channel_id is not None else self._emu.channel_id) is not None
+        payload = self._emu.slash_command_payload(name, channel_id=channel_id, user_id=user_id,
+                                                  guild=in_guild, permissions=permissions)
         guild = payload.get("guild_id")
         await self.dispatch("INTERACTION_CREATE", payload,
                             guild_id=int(guild) if guild is not None else None)
         return payload
+
+    async def role_create(self, role_id: int) -> None:
+        """An administrator creates a role (`add_role`) while the bot is connected:
+        GUILD_ROLE_CREATE to the emulated guild's shard, so the client knows the role its
+        members' `roles` name."""
+        data: JsonDict = {"guild_id": str(self._emu.guild_id), "role": self._emu.roles[role_id]}
+        await self.dispatch("GUILD_ROLE_CREATE", data, guild_id=self._emu.guild_id)
+
+    async def channel_create(self, channel_id: int) -> None:
+        """An administrator creates a guild channel (`add_text_channel`) while the bot is
+        connected: CHANNEL_CREATE to the guild's shard."""
+        channel = self._emu.channels[channel_id]
+        guild_id = self._guild_of(channel_id)
+        if guild_id is None:
+            raise ValueError("CHANNEL_CREATE is for guild channels (a DM needs none)")
+        await self.dispatch("CHANNEL_CREATE", channel, guild_id=guild_id)
 
     # ---- faults --------------------------------------------------------------------------
 
@@ -542,6 +577,8 @@ def _event_violations(name: str, data: JsonDict) -> list[SpecViolation]:
     where = f"gateway {name}"
     if name == "MESSAGE_CREATE":
         return validator.check_object("MessageResponse", data, where=where)
+    if name == "CHANNEL_CREATE":
+        return validator.check_object("GuildChannelResponse", data, where=where)
     if name == "READY":
         return validator.check_object("UserResponse", data["user"], where=where)
     if name == "GUILD_CREATE":
