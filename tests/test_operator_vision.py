@@ -2,11 +2,11 @@
 replied to, reach a vision model as image parts in the request the provider receives (a
 loopback OpenAI-compatible server captures it); a model without vision gets the placeholder;
 text files are inlined within their budget; every download goes through the size- and
-address-checked fetcher. Real discord.py against the Discord emulator, virtual time."""
+address-checked fetcher. The bot started as production starts it (the sharded client through
+the emulated gateway; the uploads arrive in MESSAGE_CREATE dispatches), virtual time."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
 import re
@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import discord
 import pytest
+from gateway_support import Harness, bot_on_gateway
 from PIL import Image
 
 from discord_io.attachments import AttachmentPolicy, AttachmentReader
 from discord_io.history import HistoryPolicy
 from discord_io.media_fetch import MediaFetcher
-from discord_io.testing import DiscordEmulator, emulated_discord
+from discord_io.testing import DiscordEmulator
 from fsm.engine.generation import Attempt
 from providers import ProviderConfig, build_provider
 from providers.replay_server import ReplayServer, Send
@@ -50,23 +50,26 @@ def _png(colour: str = "teal", side: int = 32) -> bytes:
 
 @dataclass
 class Vision:
-    emu: DiscordEmulator
-    client: discord.Client
-    bot: TurnBot
+    gateway: Harness
     model: ReplayServer
+
+    @property
+    def emu(self) -> DiscordEmulator:
+        return self.gateway.emu
+
+    @property
+    def bot(self) -> TurnBot:
+        return self.gateway.bot
 
     async def say(self, text: str, *, attachments: tuple[dict[str, Any], ...] = (),
                   reply_to: int | None = None, mention: bool = True) -> dict[str, Any]:
-        content = f"<@{self.emu.bot_id}> {text}" if mention else text
-        payload = self.emu.add_message(self.emu.channel_id, self.emu.alice_id, content,
-                                       mentions=[self.emu.bot_id] if mention else [],
-                                       attachments=attachments, reply_to=reply_to)
-        self.client._connection.parse_message_create(payload)  # type: ignore[arg-type]
-        await asyncio.sleep(0.01)
-        return payload
+        """Alice posts in the guild channel; the gateway dispatches it."""
+        return await self.gateway.say(text, attachments=attachments, reply_to=reply_to,
+                                      mention=mention)
 
     async def answered(self) -> dict[str, Any]:
-        await self.bot.queue.join(str(self.emu.channel_id))
+        """The body of the model request of the turn that answered the mention."""
+        await self.gateway.until(lambda: len(self.bot.results) == 1)
         body: dict[str, Any] = self.model.requests[-1].json()
         return body
 
@@ -99,18 +102,15 @@ def _text(body: dict[str, Any]) -> str:
 @asynccontextmanager
 async def vision_bot(policy: AttachmentPolicy, *, private_cdn_allowed: bool = True
                      ) -> AsyncIterator[Vision]:
-    async with (ReplayServer([Send(ANSWER)]) as model, emulated_discord() as (emu, client),
-                aiohttp.ClientSession() as session):
+    async with ReplayServer([Send(ANSWER)]) as model, aiohttp.ClientSession() as session:
         fetcher = MediaFetcher(allow_private=private_cdn_allowed)  # the CDN is on loopback
         config = ProviderConfig(kind="openai", model="vision-model", base_url=model.url + "/v1")
-        bot = TurnBot(client, [Attempt(build_provider(config, session), "openai:vision")],
-                      attachments=AttachmentReader(fetcher, policy))
-        bot.attach()
-        await bot.start()
         try:
-            yield Vision(emu, client, bot, model)
+            async with bot_on_gateway(
+                    [], None, attempts=[Attempt(build_provider(config, session), "openai:vision")],
+                    attachments=AttachmentReader(fetcher, policy)) as h:
+                yield Vision(h, model)
         finally:
-            await bot.aclose()
             await fetcher.aclose()
 
 
@@ -182,3 +182,4 @@ async def test_an_upload_at_a_private_address_is_refused_before_any_connect() ->
         cdn_reads = [r for r in v.emu.requests if r.route.startswith("GET /cdn/")]
     assert upload["url"].startswith("http://127.0.0.1:")
     assert cdn_reads == [] and _images(body) == []
+    assert placeholder("square.png").search(_text(body))  # the upload did reach the bot

@@ -1,33 +1,30 @@
 """Issue 12's lock findings: a /kill in a turn's tail must not leave a follow-up-interrupt
 count for the next, unrelated turn (S17), and the stale-lock sweeper must not kill a slow
-but healthy metadata reveal (R6 look-ups run under the watchdog like tools, S6). Real
-discord.py against the loopback emulator for the bot; virtual time."""
+but healthy metadata reveal (R6 look-ups run under the watchdog like tools, S6). The bot is
+started as production starts it (the sharded client through the emulated gateway, mentions as
+MESSAGE_CREATE dispatches); virtual time."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
-import discord
 import pytest
+from gateway_support import bot_on_gateway
 
 from discord_io.delivery import DiscordChannel
 from discord_io.stale_sweeper import StaleLockSweeper
-from discord_io.testing import DiscordEmulator, emulated_discord
 from fsm.engine.config import TurnConfig
-from fsm.engine.generation import Attempt
 from fsm.engine.locks import ChannelLockRegistry
 from fsm.engine.prefill import TurnRequest
 from fsm.engine.stash import ContextStash
 from fsm.engine.turn import Turn
 from fsm.scenarios.format import HistoryMessage, parse_scenario
 from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
-from turn_engine.bot import TurnBot
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+MANAGE_MESSAGES = 1 << 13  # the requester's own right to /kill ends with the reply's text
 
 
 async def test_a_kill_drops_the_count_carried_to_the_next_turn() -> None:
@@ -52,29 +49,6 @@ async def test_a_kill_drops_the_count_carried_to_the_next_turn() -> None:
     assert fresh is not None and fresh.follow_up_interrupts == 0
 
 
-async def _mention(emu: DiscordEmulator, client: discord.Client, text: str) -> None:
-    payload = emu.add_message(emu.channel_id, emu.alice_id, f"<@{emu.bot_id}> {text}",
-                              mentions=[emu.bot_id])
-    client._connection.parse_message_create(payload)  # type: ignore[arg-type]
-    await asyncio.sleep(0.01)
-
-
-@asynccontextmanager
-async def _bot(passes: list[list[dict[str, Any]]], tmp_path: Path,
-               config: TurnConfig) -> AsyncIterator[tuple[DiscordEmulator, discord.Client,
-                                                          TurnBot]]:
-    async with emulated_discord() as (emu, client):
-        provider = ScriptedProvider(parse_scenario({"passes": passes}).passes)
-        bot = TurnBot(client, [Attempt(provider, "scripted")], config=config,
-                      journal_dir=tmp_path)
-        bot.attach()
-        await bot.start()
-        try:
-            yield emu, client, bot
-        finally:
-            await bot.aclose()
-
-
 async def test_a_kill_in_a_turns_tail_leaves_no_interrupt_count_behind(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # covers S17, D3: the second turn ends with a message queued behind it (its count is
@@ -82,31 +56,30 @@ async def test_a_kill_in_a_turns_tail_leaves_no_interrupt_count_behind(
     # still be interrupted by a follow-up — before, it inherited the spent cap
     long_pass = [{"at": 1, "text": "thinking"}, {"at": 50, "end": "completed"}]
     short = [{"at": 1, "text": "ok"}, {"at": 2, "end": "completed"}]
-    async with _bot([long_pass, long_pass, long_pass, short], tmp_path,
-                    TurnConfig(max_follow_up_interrupts=1)) as (emu, client, bot):
-        channel_id = str(emu.channel_id)
+    async with bot_on_gateway([long_pass, long_pass, long_pass, short], tmp_path,
+                              config=TurnConfig(max_follow_up_interrupts=1)) as h:
+        bot = h.bot
+        channel_id = str(h.emu.channel_id)
         closing = DiscordChannel.aclose
-        kills: list[int] = []
+        kills: list[str] = []
 
         async def kill_in_the_tail(self: DiscordChannel) -> None:
-            if len(bot.results) == 2 and not kills:
-                kills.append(len(bot.queue.pending(channel_id)))
-                bot.locks.request_stop(channel_id)
-                bot.queue.clear(channel_id)
+            if len(bot.results) == 2 and not kills:  # a moderator's /kill, via the gateway
+                kills.append(await h.kill_answer(user=h.bob, permissions=MANAGE_MESSAGES))
             await closing(self)
 
         monkeypatch.setattr(DiscordChannel, "aclose", kill_in_the_tail)
-        await _mention(emu, client, "first")
+        await h.mention("first")
         await asyncio.sleep(3)
-        await _mention(emu, client, "second")  # interrupts the first turn: the cap is spent
+        await h.mention("second")  # interrupts the first turn: the cap is spent
         await asyncio.sleep(3)
-        await _mention(emu, client, "third")  # queued behind the second turn
+        await h.mention("third")  # queued behind the second turn
         await bot.queue.join(channel_id)
-        assert kills == [1]
+        assert kills == ["Stopping the reply in this channel. Dropped 1 queued message."]
         assert [r.status for r in bot.results] == ["follow_up_interrupt", "completed"]
-        await _mention(emu, client, "a new question")
+        await h.mention("a new question")
         await asyncio.sleep(3)
-        await _mention(emu, client, "and a follow-up")
+        await h.mention("and a follow-up")
         await bot.queue.join(channel_id)
         assert [r.status for r in bot.results][2:] == ["follow_up_interrupt", "completed"]
 

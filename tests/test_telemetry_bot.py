@@ -2,7 +2,8 @@
 metrics endpoint opened and closed with `serve()` and scraped over loopback while real
 discord.py answers the Discord emulator from a loopback model server (turns by terminal state
 and status, the queue depth, active turns), one turn span per reply in the SDK's in-memory
-exporter beside the bot's own observer, a port that cannot be listened on as one line, and a
+exporter beside the bot's own observer (the bot started through the emulated gateway, mentions
+as MESSAGE_CREATE dispatches), a port that cannot be listened on as one line, and a
 bot that never imports the telemetry packages when they are off. Virtual time (looptime)."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from gateway_support import Harness, bot_on_gateway
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -29,7 +31,6 @@ from test_operator_chat import _env
 from test_operator_startup import _ready, _settings, emulator
 from test_telemetry import BLOCK_TELEMETRY, _Collector, collector
 
-from discord_io.testing import emulated_discord
 from fsm.engine.generation import Attempt
 from fsm.engine.turn import Turn
 from fsm.scenarios.format import parse_scenario
@@ -37,7 +38,7 @@ from fsm.scenarios.scripted import ScriptedProvider
 from fsm.telemetry import TelemetryConfig
 from fsm.telemetry import build_telemetry as build_with_exporter
 from providers.replay_server import Pause, ReplayServer, Send
-from turn_engine.bot import TurnBot, build_client, serve
+from turn_engine.bot import build_client, serve
 from turn_engine.settings import AppSettings, ConfigurationError, load_settings
 from turn_engine.shutdown import StopRequest
 from turn_engine.startup import StartupError
@@ -89,8 +90,8 @@ async def test_the_running_bot_serves_its_turns_and_queue_depth_as_metrics(
     # covers D4 (one turn per channel, the next waits: queue depth) and S2 (turns end Done)
     # as metrics of the bot `serve()` runs, scraped over loopback
     caplog.set_level(logging.INFO)
-    script = [Send(sse(_chunk("Thinking it over.\n\n"))), Pause(20),
-              Send(sse(_chunk("", "stop")) + b"data: [DONE]\n\n")]
+    script: list[Send | Pause] = [Send(sse(_chunk("Thinking it over.\n\n"))), Pause(20),
+                                  Send(sse(_chunk("", "stop")) + b"data: [DONE]\n\n")]
     async with ReplayServer(script) as model, emulator() as emu:
         bob = int(emu.add_user("bob")["id"])
         emu.guilds[emu.guild_id]["members"].append(bob)
@@ -134,19 +135,14 @@ def _scripted(passes: list[list[dict[str, Any]]]) -> ScriptedProvider:
 @asynccontextmanager
 async def _traced_bot(passes: list[list[dict[str, Any]]], exporter: InMemorySpanExporter,
                       observer: Any = None, fallback: list[list[dict[str, Any]]] | None = None,
-                      ) -> AsyncIterator[tuple[Any, Any, TurnBot]]:
+                      ) -> AsyncIterator[Harness]:
     telemetry = build_with_exporter(TelemetryConfig(traces=True), span_exporter=exporter)
-    async with emulated_discord() as (emu, client):
-        attempts = [Attempt(_scripted(passes), "scripted")]
-        if fallback is not None:
-            attempts.append(Attempt(_scripted(fallback), "fallback"))
-        bot = TurnBot(client, attempts, observer=observer, telemetry=telemetry)
-        bot.attach()
-        await bot.start()
-        try:
-            yield emu, client, bot
-        finally:
-            await bot.aclose()
+    attempts = [Attempt(_scripted(passes), "scripted")]
+    if fallback is not None:
+        attempts.append(Attempt(_scripted(fallback), "fallback"))
+    async with bot_on_gateway([], None, attempts=attempts, observer=observer,
+                              telemetry=telemetry) as h:
+        yield h
 
 
 class Transitions:
@@ -159,14 +155,12 @@ class Transitions:
         self.seen.append((turn.turn_id, dest))
 
 
-async def _ask(emu: Any, client: Any, bot: TurnBot, text: str) -> None:
-    """A user mentions the bot (the gateway hands the message over as a task of its own);
-    until the reply is done."""
-    payload = emu.add_message(emu.channel_id, emu.alice_id, f"<@{emu.bot_id}> {text}",
-                              mentions=[emu.bot_id])
-    client._connection.parse_message_create(payload)
-    await asyncio.sleep(0.01)
-    await bot.queue.join(str(emu.channel_id))
+async def _ask(h: Harness, text: str) -> None:
+    """A user mentions the bot (a MESSAGE_CREATE dispatch); until the reply is done."""
+    replies = len(h.bot.results)
+    await h.mention(text)
+    await h.until(lambda: len(h.bot.results) > replies)
+    await h.idle()
 
 
 def _children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
@@ -183,10 +177,11 @@ async def test_every_reply_of_the_bot_is_one_turn_span_with_its_states() -> None
     passes = [[{"at": 1, "text": f"answer {n}"}, {"at": 2, "end": "completed"}]
               for n in range(3)]
     transitions = Transitions()
-    async with _traced_bot(passes, exporter, transitions) as (emu, client, bot):
+    async with _traced_bot(passes, exporter, transitions) as h:
         for n in range(3):
-            await _ask(emu, client, bot, f"question {n}")
-        assert [r.text for r in bot.results] == [f"answer {n}" for n in range(3)]
+            await _ask(h, f"question {n}")
+        assert [r.text for r in h.bot.results] == [f"answer {n}" for n in range(3)]
+        emu = h.emu
     spans = list(exporter.get_finished_spans())
     turns = [s for s in spans if s.name.startswith("turn ")]
     assert len(turns) == 3
@@ -296,10 +291,11 @@ async def test_a_fallback_chains_attempts_are_the_turns_of_one_generation_span()
     primary = [[{"at": 1, "error": "overloaded"}],
                [{"at": 1, "text": "primary answer"}, {"at": 2, "end": "completed"}]]
     fallback = [[{"at": 1, "text": "fallback answer"}, {"at": 3, "end": "completed"}]]
-    async with _traced_bot(primary, exporter, fallback=fallback) as (emu, client, bot):
-        await _ask(emu, client, bot, "first")
-        await _ask(emu, client, bot, "second")
-        assert [(r.labels, r.text) for r in bot.results] == [
+    async with _traced_bot(primary, exporter, fallback=fallback) as h:
+        await _ask(h, "first")
+        await _ask(h, "second")
+        emu = h.emu
+        assert [(r.labels, r.text) for r in h.bot.results] == [
             (["scripted", "fallback"], "fallback answer"), (["scripted"], "primary answer")]
     spans = list(exporter.get_finished_spans())
     generations = [s for s in spans if s.name == "generation"]
