@@ -18,12 +18,15 @@ from pydantic import BaseModel
 
 from fsm.engine.config import TurnConfig
 from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.prefill import TurnRequest
 from fsm.engine.provider import AbortSignal, PassRequest, ProviderEvent, TextDelta
 from fsm.engine.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult
 from fsm.engine.turn import Turn
 from fsm.review.journal import JournalRecorder, journal_document, serialize_journal
 from fsm.review.replay import replay_difference
-from fsm.scenarios.scripted import InMemoryChannel
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.runner import play_virtual
+from fsm.scenarios.scripted import InMemoryChannel, history_items
 from providers import build_provider
 from providers.replay_server import Pause, ReplayServer, Send, Step
 
@@ -189,6 +192,93 @@ def test_a_keepalive_flood_is_one_step_and_replays() -> None:
     assert len(runs) == 1 and runs[0]["count"] >= 3000 and runs[0]["until"] >= runs[0]["at"]
     assert len(serialize_journal(document)) < 16_000
     assert replay_difference(document, "live flood") is None
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+class SlowReactors(InMemoryChannel):
+    """A live channel's reactor look-ups (REST calls): they take time, one fails, and one
+    never answers when `hang_on` names its message."""
+
+    def __init__(self, hang_on: str | None = None) -> None:
+        super().__init__()
+        self.hang_on = hang_on
+
+    async def fetch_reactors(self, message_id: str, emoji: str, limit: int) -> list[str]:
+        await asyncio.sleep(0.003)
+        if message_id == "m2":
+            raise ConnectionResetError("peer reset")
+        if message_id == self.hang_on:
+            await asyncio.Event().wait()
+        return [f"{message_id}-fan-{n}" for n in range(limit + 2)]
+
+
+async def _record_reveal(hang_on: str | None) -> dict[str, Any]:
+    """A live metadata reveal on the real clock: the model calls the reveal tool over HTTP,
+    the channel's look-ups take real time, then the model answers."""
+    history = [{"id": f"m{n}", "author": "ana", "content": f"message {n}", "at": "t",
+                "reactions": [{"emoji": "👍", "count": 3}]} for n in range(1, 4)]
+    call = {"index": 0, "id": "call_1", "type": "function",
+            "function": {"name": "reveal_message_metadata", "arguments": "{}"}}
+    script: list[Step] = [Send(sse(chunk({"tool_calls": [call]}))),
+                          Send(sse(chunk({}, "tool_calls"))), Send(sse("[DONE]"))]
+
+    async def reveal(_args: NoArgs, _ctx: ToolContext) -> ToolResult:
+        return ToolResult.ok({"type": "context_restart_with_message_metadata"})
+
+    tools = ToolRegistry([FunctionTool(name="reveal_message_metadata", description="reveal",
+                                       args_model=NoArgs, func=reveal,
+                                       guard="message_metadata")])
+    config = TurnConfig(max_iterations=2, tool_timeout_s=0.05, reactors_per_reaction=2)
+    locks = ChannelLockRegistry()
+    lock = locks.try_acquire("c", "live")
+    assert lock is not None
+    server = ReplayServer(script)
+    await server.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            turn = Turn(provider=build_provider(config_for(server, "openai"), session),
+                        channel=SlowReactors(hang_on), locks=locks, lock=lock, tools=tools,
+                        config=config, request=TurnRequest(context_items=history_items(
+                            parse_scenario({"history": history}).history)))
+            recorder = JournalRecorder(turn.turn_id, turn.config, tools, history=history)
+            turn.recorder = recorder
+            result = await turn.run()
+    finally:
+        await server.close()
+        locks.release(lock)
+    return journal_document(recorder.scenario(), turn.transitions, result.as_dict())
+
+
+def test_a_metadata_reveal_replays_with_its_lookups_timing_and_names() -> None:
+    # covers R6 with the journal rule: each reactor look-up is an input — how long it took,
+    # the names it answered, the class of what it raised — so a live reveal replays at the
+    # same microseconds and the next pass is asked with the same annotated dialogue
+    document = _round_trip(asyncio.run(_record_reveal(hang_on=None)))
+    lookups = document["channel"]["lookups"]
+    assert [(x["message_id"], x.get("error_type")) for x in lookups] == [
+        ("m1", None), ("m2", "ConnectionResetError"), ("m3", None)]
+    assert lookups[0]["users"] == ["m1-fan-0", "m1-fan-1", "m1-fan-2", "m1-fan-3"]
+    assert all(x["after"] >= 0.003 for x in lookups), lookups
+    assert document["result"]["reactor_lookups"] == 3
+    assert replay_difference(document, "live reveal") is None
+    played = play_virtual(parse_scenario(document))
+    annotated = played.provider.requests[1].context_items[0]["metadata"]["reactions"]
+    assert annotated == [{"emoji": "👍", "count": 3, "users": ["m1-fan-0", "m1-fan-1"]}]
+
+
+def test_a_reveal_cut_off_by_its_budget_replays_at_the_same_moment() -> None:
+    # covers R6 (look-ups past the tool budget do not hold the turn) with the journal rule:
+    # the look-up that never answered is recorded as such, so the reveal times out in replay
+    # at the recorded moment, not at once
+    document = _round_trip(asyncio.run(_record_reveal(hang_on="m3")))
+    assert document["channel"]["lookups"][-1] == {"message_id": "m3", "emoji": "👍",
+                                                  "hang": True}
+    assert replay_difference(document, "live reveal cut off") is None
+    document["channel"]["lookups"][-1] = {"message_id": "m3", "emoji": "👍", "users": []}
+    assert replay_difference(document, "lookup answered instead") is not None
 
 
 def test_replay_reports_a_one_microsecond_difference_in_words() -> None:

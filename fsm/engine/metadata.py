@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from .channel import TurnChannel
 from .user_text import neutralize, one_line, quoted_lines, quoted_name
 
-__all__ = ["LookupBudget", "LookupProgress", "annotate", "fetch_reactors", "neutralize",
-           "render_line", "tail_directive"]
+__all__ = ["LookupBudget", "LookupProgress", "ReactorSource", "annotate", "fetch_reactors",
+           "neutralize", "render_line", "tail_directive"]
 
 log = logging.getLogger(__name__)
+
+
+class ReactorSource(Protocol):
+    """Who reacted with an emoji to a message: the channel (`TurnChannel.fetch_reactors`),
+    or the channel with the restart runner's recording around it."""
+
+    async def fetch_reactors(self, message_id: str, emoji: str, limit: int) -> list[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +46,7 @@ class LookupProgress:
 
 async def fetch_reactors(
     items: list[dict[str, Any]],
-    channel: TurnChannel,
+    channel: ReactorSource,
     budget: LookupBudget,
     recent: int,
     progress: LookupProgress | None = None,

@@ -14,12 +14,21 @@ from collections.abc import Callable
 from typing import Any
 
 from .channel import TurnChannel
+from .clock import reading
 from .config import TurnConfig
 from .events import RestartReady, TurnEvent, WorkerCrashed
 from .locks import ChannelLock, ChannelLockRegistry
 from .mailbox import Mailbox
-from .metadata import LookupBudget, LookupProgress, annotate, fetch_reactors, neutralize
+from .metadata import (
+    LookupBudget,
+    LookupProgress,
+    ReactorSource,
+    annotate,
+    fetch_reactors,
+    neutralize,
+)
 from .provider import ToolCallRequest
+from .recording import InputRecorder
 from .restart import RestartRequest, resolve_item
 from .stash import ContextStash
 from .tasks import spawn
@@ -42,6 +51,8 @@ class RestartRunner:
         locks: ChannelLockRegistry,
         lock: ChannelLock,
     ) -> None:
+        self.recorder: InputRecorder | None = None
+        """Where the reveal's look-ups are recorded, with their timing (the turn sets it)."""
         self._config = config
         self._locks = locks
         self._lock = lock
@@ -78,7 +89,9 @@ class RestartRunner:
         if restart.kind == "message_metadata":
             self.deadline = self._clock() + self._config.tool_timeout_s
             self._lookups = LookupProgress()
-            self._task = spawn(self._metadata_worker(self._no, self._lookups, context_items),
+            source = TimedLookups(self._channel, self._clock(), self.recorder)
+            self._task = spawn(self._metadata_worker(self._no, self._lookups, context_items,
+                                                     source),
                                f"{self._turn_id}-metadata")
             return None
         return ("restart", resolve_item(restart, stash))
@@ -102,7 +115,8 @@ class RestartRunner:
         return items, found.lookups
 
     async def _metadata_worker(self, restart_no: int, progress: LookupProgress,
-                               context_items: list[dict[str, Any]]) -> None:
+                               context_items: list[dict[str, Any]],
+                               source: TimedLookups) -> None:
         """Reactor look-ups (sequential REST calls, bounded) and the annotated items (R6).
         They run under the lock's watchdog like a tool (S6): a slow but healthy reveal is
         not released as a stale lock; its own budget is the tool timeout."""
@@ -113,15 +127,16 @@ class RestartRunner:
         try:
             with self._locks.watchdog(self._lock):
                 reactors, lookups = await fetch_reactors(
-                    context_items, self._channel, budget, cfg.metadata_recent_messages,
-                    progress)
+                    context_items, source, budget, cfg.metadata_recent_messages, progress)
             items = annotate(context_items, reactors, cfg.metadata_recent_messages)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self._mailbox.post(WorkerCrashed(exc))
             return
-        self._mailbox.post(RestartReady(restart_no, (items, lookups)))
+        # Ready when the last look-up answered: annotating takes no time on the turn's clock,
+        # as in replay.
+        self._mailbox.post(RestartReady(restart_no, (items, lookups)), source.answered_at)
 
     def applied(self) -> None:
         """The restart edge was taken: nothing of this restart stays."""
@@ -152,3 +167,41 @@ def already_sent_notice(text: str) -> str:
     (R10, drafting off): the next passes are told it was sent, so it is not repeated (T7)."""
     return f"[System: this reply already began with the text below; continue it without " \
            f"repeating it.]\n{neutralize(text)}"
+
+
+class TimedLookups:
+    """The channel's reactor look-ups, timed on the turn's clock: they run back to back from
+    the moment the reveal began, so each one's duration is the time since the one before
+    answered, and the reveal is ready when the last one answered. With a recorder, each is
+    recorded with its duration and answer, so a live reveal replays at the same microseconds
+    with the same names (docs/scenarios.md); one cut off by the reveal's budget or a kill is
+    recorded as never answering."""
+
+    def __init__(self, channel: ReactorSource, began_at: float,
+                 recorder: InputRecorder | None) -> None:
+        self._channel = channel
+        self._recorder = recorder
+        self.answered_at = began_at
+
+    async def fetch_reactors(self, message_id: str, emoji: str, limit: int) -> list[str]:
+        asked: dict[str, Any] = {"message_id": message_id, "emoji": emoji}
+        try:
+            names = await self._channel.fetch_reactors(message_id, emoji, limit)
+        except asyncio.CancelledError:
+            self._record({**asked, "hang": True})
+            raise
+        except Exception as exc:
+            self._record({**asked, "after": self._answered(), "error_type": type(exc).__name__})
+            raise
+        self._record({**asked, "after": self._answered(), "users": [str(n) for n in names]})
+        return names
+
+    def _answered(self) -> float:
+        """The time since the previous answer (or the reveal's start), and now the last."""
+        now = reading()
+        after, self.answered_at = now - self.answered_at, now
+        return after
+
+    def _record(self, lookup: dict[str, Any]) -> None:
+        if self._recorder is not None:
+            self._recorder.on_lookup(lookup)

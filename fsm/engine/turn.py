@@ -142,6 +142,7 @@ class Turn:
         self._restarts = RestartRunner(config=self.config, channel=channel,
                                        mailbox=self.mailbox, turn_id=self.turn_id,
                                        clock=self._now, locks=locks, lock=lock)
+        self._restarts.recorder = recorder
 
     # ----------------------------------------------------------------- public API
 
@@ -197,6 +198,7 @@ class Turn:
     def recorder(self, value: InputRecorder | None) -> None:
         self._recorder = value
         self._tools.recorder = value
+        self._restarts.recorder = value
 
     @property
     def pass_results(self) -> tuple[PassResult, ...]:

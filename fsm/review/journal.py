@@ -107,6 +107,7 @@ class JournalRecorder:
         self.history = history or []
         self.tool_outcomes: dict[str, list[dict[str, Any]]] = {}
         self.events: list[dict[str, Any]] = []
+        self.lookups: list[dict[str, Any]] = []
         self._stashed: dict[str, str] = {}
         """Keys of a shared stash that tools of this turn returned, by stable name."""
         self._stashed_items: dict[str, dict[str, Any]] = {}
@@ -232,6 +233,12 @@ class JournalRecorder:
     def on_event(self, at: float, event: dict[str, Any]) -> None:
         self.events.append({"at": _r(at), **event})
 
+    def on_lookup(self, lookup: dict[str, Any]) -> None:
+        recorded = jsonable(lookup)
+        if "after" in recorded:
+            recorded["after"] = _r(recorded["after"])
+        self.lookups.append(recorded)
+
     def scenario(self) -> dict[str, Any]:
         tools: dict[str, Any] = {}
         for name in self.tools.names():
@@ -263,6 +270,7 @@ class JournalRecorder:
                       else dict(self._stashed_items)),
             "history": self.history,
             "events": self.events,
+            **({"channel": {"lookups": self.lookups}} if self.lookups else {}),
         }
 
 

@@ -201,12 +201,28 @@ class RequestSpec(_Loose):
     scene_turn: bool = False
 
 
+class LookupSpec(_Loose):
+    """One reactor look-up of a metadata reveal as the live channel answered it (R6), in call
+    order: after `after` seconds the `users`, or an exception of class `error_type`; `hang`
+    when it had not answered by the turn's end (the reveal's budget or a kill cut it off)."""
+
+    message_id: str
+    emoji: str
+    after: float = Field(default=0.0, ge=0)
+    users: list[str] = Field(default_factory=list)
+    error_type: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+    hang: bool = False
+
+
 class ChannelSpec(_Loose):
     """What a live channel reported about itself: `delivered_text` is its own account of
     what reached the users by the turn's end (a Discord channel that dropped unsent text at
-    a kill), recorded only when it differs from the text the passes handed it."""
+    a kill), recorded only when it differs from the text the passes handed it; `lookups`,
+    how it answered the reactor look-ups, with their timing."""
 
     delivered_text: str | None = None
+    lookups: list[LookupSpec] = Field(default_factory=list)
+    """The reactor look-ups the live channel answered, recorded when a reveal made any."""
 
 
 class Scenario(_Loose):
@@ -341,10 +357,13 @@ def journal_document(scenario: dict[str, Any], transitions: list[dict[str, Any]]
         doc["origin"] = dict(origin)
     delivered = result.get("delivered_text")
     passes = result.get("pass_results")
-    if isinstance(delivered, str) and isinstance(passes, list) and "channel" not in doc:
+    channel = doc.get("channel")
+    channel = dict(channel) if isinstance(channel, dict) else {}
+    if isinstance(delivered, str) and isinstance(passes, list) and \
+            channel.get("delivered_text") is None:
         handed = "".join(p.get("text", "") for p in passes if isinstance(p, dict))
         if delivered != handed:
-            doc["channel"] = {"delivered_text": delivered}
+            doc["channel"] = {**channel, "delivered_text": delivered}
     doc["journal"] = [dict(t) for t in transitions]
     doc["result"] = result
     return doc

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -17,7 +17,14 @@ from ..engine.result import TurnResult
 from ..engine.stash import ContextStash
 from ..engine.table import TERMINAL
 from ..engine.turn import Turn, TurnObserver
-from .format import HistoryMessage, Scenario, journal_document, read_journal, split_journal
+from .format import (
+    HistoryMessage,
+    LookupSpec,
+    Scenario,
+    journal_document,
+    read_journal,
+    split_journal,
+)
 from .scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
 
 __all__ = ["Played", "play", "play_virtual", "read_journal", "run_virtual", "split_journal",
@@ -82,9 +89,11 @@ async def play(scenario: Scenario, observer: TurnObserver | None = None) -> Play
     channel: InMemoryChannel
     if scenario.channel.delivered_text is not None:
         channel = AccountedChannel(scenario.history, flush_delays=scenario.flush_delays(),
-                                   account=scenario.channel.delivered_text)
+                                   account=scenario.channel.delivered_text,
+                                   lookups=scenario.channel.lookups)
     else:
-        channel = InMemoryChannel(scenario.history, flush_delays=scenario.flush_delays())
+        channel = InMemoryChannel(scenario.history, flush_delays=scenario.flush_delays(),
+                                  lookups=scenario.channel.lookups)
     provider = ScriptedProvider(scenario.passes)
     tools = ScriptedTools(scenario.tools, stash, stash_keys)
     turn = Turn(provider=provider, channel=channel, locks=locks, lock=lock,
@@ -128,8 +137,8 @@ class AccountedChannel(InMemoryChannel):
     engine reads it — and nothing before."""
 
     def __init__(self, history: list[HistoryMessage], flush_delays: list[float],
-                 account: str) -> None:
-        super().__init__(history, flush_delays=flush_delays)
+                 account: str, lookups: Sequence[LookupSpec] = ()) -> None:
+        super().__init__(history, flush_delays=flush_delays, lookups=lookups)
         self.account = account
         self.turn: Turn | None = None
 

@@ -32,7 +32,7 @@ from ..engine.tools import (
     ToolRegistry,
     ToolResult,
 )
-from .format import GuardedTool, HistoryMessage, Step, ToolCallSpec, ToolOutcome
+from .format import GuardedTool, HistoryMessage, LookupSpec, Step, ToolCallSpec, ToolOutcome
 
 STASH_REF = "$stash:"
 
@@ -224,12 +224,15 @@ class ScriptedTools:
 
 
 class InMemoryChannel:
-    """A channel that keeps what it was sent and answers reactor look-ups from history."""
+    """A channel that keeps what it was sent and answers reactor look-ups: as a live channel
+    answered them (`lookups`, recorded in call order, with their timing), else from history."""
 
     def __init__(self, history: list[HistoryMessage] | None = None,
-                 flush_delays: Sequence[float] = ()) -> None:
+                 flush_delays: Sequence[float] = (),
+                 lookups: Sequence[LookupSpec] = ()) -> None:
         self.history = {m.id: m for m in history or []}
         self.flush_delays = list(flush_delays)
+        self.recorded_lookups = list(lookups)
         self.delivered: list[str] = []
         self.notices: list[Notice] = []
         self.passes_finished = 0
@@ -258,6 +261,8 @@ class InMemoryChannel:
 
     async def fetch_reactors(self, message_id: str, emoji: str, limit: int) -> list[str]:
         self.reactor_lookups += 1
+        if self.reactor_lookups <= len(self.recorded_lookups):
+            return await _answer(self.recorded_lookups[self.reactor_lookups - 1], limit)
         message = self.history.get(message_id)
         if message is None:
             return []
@@ -265,6 +270,17 @@ class InMemoryChannel:
             if reaction.emoji == emoji:
                 return reaction.users[:limit]
         return []
+
+
+async def _answer(lookup: LookupSpec, limit: int) -> list[str]:
+    """A recorded look-up's answer, as late as it came live (or never)."""
+    if lookup.hang:
+        await asyncio.Event().wait()
+    if lookup.after > 0:
+        await asyncio.sleep(lookup.after)
+    if lookup.error_type is not None:
+        raise named_error(RuntimeError, lookup.error_type)("recorded look-up failure")
+    return lookup.users[:limit]
 
 
 def history_items(history: list[HistoryMessage]) -> list[dict[str, Any]]:
