@@ -84,6 +84,29 @@ async def test_a_kill_in_a_turns_tail_leaves_no_interrupt_count_behind(
         assert [r.status for r in bot.results][2:] == ["follow_up_interrupt", "completed"]
 
 
+async def test_the_requester_may_still_kill_in_their_turns_tail(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # covers S16, D3: while the reply's last send has its grace and the journal is written,
+    # the turn still holds the channel, and the person who asked may still /kill it (and
+    # the queue behind it) without a moderator's rights
+    long_pass = [{"at": 1, "text": "thinking"}, {"at": 5, "end": "completed"}]
+    async with bot_on_gateway([long_pass, long_pass], tmp_path) as h:
+        closing = DiscordChannel.aclose
+        kills: list[str] = []
+
+        async def kill_in_the_tail(self: DiscordChannel) -> None:
+            if not kills:  # alice asked: her own /kill, no permissions
+                kills.append(await h.kill_answer())
+            await closing(self)
+
+        monkeypatch.setattr(DiscordChannel, "aclose", kill_in_the_tail)
+        await h.mention("first")
+        await h.mention("second", author=h.bob)
+        await h.bot.queue.join(str(h.emu.channel_id))
+        assert kills == ["Stopping the reply in this channel. Dropped 1 queued message."]
+        assert len(h.bot.results) == 1
+
+
 class _SlowReactors(InMemoryChannel):
     """Each reactor look-up takes 100 s of loop time: slow, but every one answers."""
 

@@ -264,12 +264,16 @@ class TurnBot:
         finally:
             self._carry_interrupts(channel_id, lock)
             self.current.pop(channel_id, None)
-            self.requesters.pop(channel_id, None)
-            await typing.stop()
-            await channel.aclose()
-            await self._write_journals(turns, items_of=message)
-            log_turn_end(log, channel_id, str(message.id), result,
-                         asyncio.get_running_loop().time() - started, failure=failure)
+            try:
+                await typing.stop()
+                await channel.aclose()
+                await self._write_journals(turns, items_of=message)
+                log_turn_end(log, channel_id, str(message.id), result,
+                             asyncio.get_running_loop().time() - started, failure=failure)
+            finally:
+                # The requester may /kill until the lock goes: the last send's grace and
+                # the journal are still part of the turn.
+                self.requesters.pop(channel_id, None)
 
     async def _context(self, message: discord.Message) -> list[dict[str, Any]]:
         """The dialogue the model sees: the policy's messages, minus those waiting for a turn
