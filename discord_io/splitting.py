@@ -243,36 +243,41 @@ def _cut(buf: str, start: int, lang: str | None, limit: int,
     space = window.rfind(" ", line_start, low)
     visible_before_space = space > line_start and bool(window[line_start:space].strip())
     pos, end_lang = _fitting_cut(window, scan.toggles, sizes, lang, limit,
-                                 space + 1 if visible_before_space else low, low)
+                                 space + 1 if visible_before_space else low, low,
+                                 open_end=not final)
     return Chunk(_content(window, lang, pos, end_lang), window[:pos]), pos, end_lang
 
 
 def _fitting_cut(window: str, toggles: list[tuple[int, str | None]], sizes: _Sizes,
                  lang: str | None, limit: int, preferred: int,
-                 longest: int) -> tuple[int, str | None]:
+                 longest: int, *, open_end: bool) -> tuple[int, str | None]:
     """The cut after a space (`preferred`), else at the longest prefix that fits, moved out
-    of any run of backticks. Moving a cut back before a fence that closes a block leaves
-    that block open, and the fence this message must then add to close it can cost more
-    than the text dropped: then the cut moves back until the message fits."""
+    of any run of backticks (`open_end`: the text may go on after the window, so a run at
+    its end may be the start of a fence). Moving a cut back before a fence that closes a
+    block leaves that block open, and the fence this message must then add to close it can
+    cost more than the text dropped: then the cut moves back until the message fits."""
     pos, end_lang = longest, _lang_at(toggles, lang, longest)
     for candidate in (preferred, longest):
-        pos = _outside_backticks(window, candidate)
+        pos = _outside_backticks(window, candidate, open_end)
         end_lang = _lang_at(toggles, lang, pos)
         if sizes.size(pos, end_lang) <= limit:
             return pos, end_lang
     while pos > 1:
-        pos = _outside_backticks(window, pos - 1)
+        pos = _outside_backticks(window, pos - 1, open_end)
         end_lang = _lang_at(toggles, lang, pos)
         if sizes.size(pos, end_lang) <= limit:
             break
     return pos, end_lang
 
 
-def _outside_backticks(text: str, pos: int) -> int:
+def _outside_backticks(text: str, pos: int, open_end: bool = False) -> int:
     """`pos` moved back out of a run of backticks (half a fence in each message would open
-    a block in one that the other never closes) and out of a surrogate pair."""
+    a block in one that the other never closes) and out of a surrogate pair. With
+    `open_end`, a run that ends the text counts as going on: the next backtick may be
+    streaming in."""
     moved = pos
-    while 0 < moved < len(text) and text[moved - 1] == "`" and text[moved] == "`":
+    while 0 < moved and text[moved - 1] == "`" and (
+            text[moved] == "`" if moved < len(text) else open_end):
         moved -= 1
     if 0 < moved < len(text) and "\ud800" <= text[moved - 1] <= "\udbff" \
             and "\udc00" <= text[moved] <= "\udfff":

@@ -90,6 +90,9 @@ def stream(text: str, piece: int, limit: int) -> list[Chunk]:
 # was in no message's source, so the delivered account lost it.
 @example(text="word " * 90 + "\r", piece=5, limit=64)
 @example(text="``` " + "x" * 700 + "0" * 8 + "\U00010000" * 6 + "\r", piece=1, limit=64)
+# Found by a random sweep: a fence streaming in one backtick at a time was cut after its
+# second backtick (the run ended the buffer, so the cut could not see it go on).
+@example(text="0" * 35 + "\U00010000" * 12 + "```", piece=1, limit=64)
 def test_any_stream_keeps_every_promise(text: str, piece: int, limit: int) -> None:
     """covers D1: fuzzed streams with fences anywhere, lone and paired surrogates, fed in
     pieces of any size."""
