@@ -127,6 +127,7 @@ async def test_a_dm_is_answered_and_kill_there_stops_its_reply() -> None:
         assert shard_zero is not None
         [kill] = [e for _, name, e in shard_zero.events if name == "INTERACTION_CREATE"]
         assert "guild_id" not in kill and kill["user"]["id"] == str(h.emu.alice_id)
+        assert kill["authorizing_integration_owners"] == {"0": "0"}  # the bot's DM
         await h.idle(dm)
         assert [r.status for r in h.bot.results] == ["stopped_by_user"]
         assert h.sent(dm) == ["Once upon a time."]

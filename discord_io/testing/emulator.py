@@ -1058,7 +1058,8 @@ class DiscordEmulator:
             "locale": "en-US",
             "app_permissions": "0",
             "entitlements": [],
-            "authorizing_integration_owners": {"0": str(guild_id)},
+            # a guild install: the guild's id in a guild, "0" in the bot's DMs (Discord's docs)
+            "authorizing_integration_owners": {"0": str(guild_id) if guild else "0"},
             "attachment_size_limit": 10 * 1024 * 1024,
             "context": 0 if guild else 1,
         }
