@@ -62,6 +62,19 @@ def free_port() -> int:
         return port
 
 
+def _exit_reason(code: int | None) -> str:
+    """How the server process ended, in words: a SIGILL means the binary was built for CPU
+    instructions this machine lacks (rebuild it from source, README)."""
+    if code is None:
+        return "still running, never said it was listening"
+    if code < 0:
+        name = signal.Signals(-code).name
+        hint = ": built for CPU instructions this machine lacks, rebuild it" \
+            if name == "SIGILL" else ""
+        return f"killed by {name}{hint}"
+    return f"exit status {code}"
+
+
 class LlamaServer:
     """One llama-server process on loopback, with its log kept in memory."""
 
@@ -80,8 +93,10 @@ class LlamaServer:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         if not self.wait_for(r"listening on|server is listening", START_TIMEOUT_S):
+            code = self.process.poll()
             self.close()
-            raise RuntimeError("llama-server did not start:\n" + self.log())
+            raise RuntimeError(f"llama-server did not start ({_exit_reason(code)}):\n"
+                               + self.log())
 
     def _read(self) -> None:
         assert self.process.stdout is not None
