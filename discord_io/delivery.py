@@ -363,8 +363,10 @@ class DiscordChannel(TurnChannel):
         return None
 
     def _account_trailer(self, trailer: Chunk) -> None:
-        """Whitespace streamed after the last message belongs to that message's account
-        (nothing is sent: Discord would strip it); with no message delivered it is not."""
+        """Whitespace streamed after the pass's last message belongs to that message's
+        account (nothing is sent: Discord would strip it). The pass's messages were queued
+        before it, so the last one delivered is that message — unless a send failed, and
+        then nothing after the hole is delivered (`_send`)."""
         if self.delivered:
             last = self.delivered[-1]
             self.delivered[-1] = replace(last, source=last.source + trailer.source)

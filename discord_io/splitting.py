@@ -51,7 +51,8 @@ class Chunk:
     """One message: `content` is sent; `source` is the streamed text it accounts for.
 
     A chunk with empty `content` is a trailer: whitespace that streamed in after the last
-    message was cut. Nothing is sent for it; its text belongs to that message's account.
+    message of the same stream was cut. Nothing is sent for it; its text belongs to that
+    message's account.
     """
 
     content: str
@@ -276,7 +277,7 @@ def _outside_backticks(text: str, pos: int, open_end: bool = False) -> int:
     `open_end`, a run that ends the text counts as going on: the next backtick may be
     streaming in."""
     moved = pos
-    while 0 < moved and text[moved - 1] == "`" and (
+    while moved > 0 and text[moved - 1] == "`" and (
             text[moved] == "`" if moved < len(text) else open_end):
         moved -= 1
     if 0 < moved < len(text) and "\ud800" <= text[moved - 1] <= "\udbff" \
@@ -343,6 +344,7 @@ class StreamSplitter:
         self._buf = ""
         self._lang: str | None = None
         self._carry = ""  # cut-off whitespace that belongs to the next message's source
+        self._handed_out = False  # a message was cut since the last flush
 
     @property
     def pending(self) -> str:
@@ -361,6 +363,7 @@ class StreamSplitter:
             self._carry = _keep(chunks, chunk, self._carry)
         if start:
             self._buf = self._buf[start:]
+        self._handed_out = self._handed_out or bool(chunks)
         return chunks
 
     def flush_boundary(self) -> list[Chunk]:
@@ -372,18 +375,21 @@ class StreamSplitter:
         chunks = _drain(region, self._lang, self.limit, self._carry)
         if chunks:
             self._carry = ""
+            self._handed_out = True
         else:
             self._carry += region
         self._lang = None
         return chunks
 
     def flush(self) -> list[Chunk]:
-        """Everything buffered. Whitespace left after the last message that was cut comes
-        back as a trailer, so the sources of all chunks handed out add up to the text."""
-        pending = self.pending
+        """Everything buffered. Whitespace left after the last message cut since the last
+        flush comes back as a trailer, so the sources of the chunks handed out for a stream
+        add up to its text (a stream of whitespace alone makes no message and no trailer)."""
+        pending, handed_out = self.pending, self._handed_out
         chunks = _drain(self._buf, self._lang, self.limit, self._carry)
         self._buf, self._lang, self._carry = "", None, ""
-        if not chunks and pending:
+        self._handed_out = False
+        if not chunks and pending and handed_out:
             return [Chunk("", pending)]
         return chunks
 

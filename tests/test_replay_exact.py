@@ -62,13 +62,18 @@ class KillingChannel(InMemoryChannel):
 
 async def _record(script: list[Step] | None = None, *, status: int = 200,
                   tools: ToolRegistry | None = None, config: TurnConfig | None = None,
-                  kill_after: int | None = None, provider: Any = None) -> dict[str, Any]:
-    """One live turn on the real clock, journaled as the bot journals it."""
+                  kill_after: int | None = None, provider: Any = None,
+                  channel: InMemoryChannel | None = None,
+                  history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One live turn on the real clock, journaled as the bot journals it (`history`: the
+    channel's recent messages, in the scenario format, that the turn sees)."""
     locks = ChannelLockRegistry()
     lock = locks.try_acquire("c", "live")
     assert lock is not None
     registry = tools if tools is not None else ToolRegistry()
-    channel = KillingChannel(locks, kill_after) if kill_after else InMemoryChannel()
+    if channel is None:
+        channel = KillingChannel(locks, kill_after) if kill_after else InMemoryChannel()
+    items = history_items(parse_scenario({"history": history or []}).history)
     server = ReplayServer(script or [], status=status)
     await server.start()
     try:
@@ -76,8 +81,9 @@ async def _record(script: list[Step] | None = None, *, status: int = 200,
             turn = Turn(provider=provider or build_provider(config_for(server, "openai"),
                                                             session),
                         channel=channel, locks=locks, lock=lock, tools=registry,
-                        config=config or TurnConfig())
-            recorder = JournalRecorder(turn.turn_id, turn.config, registry)
+                        config=config or TurnConfig(),
+                        request=TurnRequest(context_items=items))
+            recorder = JournalRecorder(turn.turn_id, turn.config, registry, history=history)
             turn.recorder = recorder
             result = await turn.run()
     finally:
@@ -232,24 +238,8 @@ async def _record_reveal(hang_on: str | None) -> dict[str, Any]:
                                        args_model=NoArgs, func=reveal,
                                        guard="message_metadata")])
     config = TurnConfig(max_iterations=2, tool_timeout_s=0.05, reactors_per_reaction=2)
-    locks = ChannelLockRegistry()
-    lock = locks.try_acquire("c", "live")
-    assert lock is not None
-    server = ReplayServer(script)
-    await server.start()
-    try:
-        async with aiohttp.ClientSession() as session:
-            turn = Turn(provider=build_provider(config_for(server, "openai"), session),
-                        channel=SlowReactors(hang_on), locks=locks, lock=lock, tools=tools,
-                        config=config, request=TurnRequest(context_items=history_items(
-                            parse_scenario({"history": history}).history)))
-            recorder = JournalRecorder(turn.turn_id, turn.config, tools, history=history)
-            turn.recorder = recorder
-            result = await turn.run()
-    finally:
-        await server.close()
-        locks.release(lock)
-    return journal_document(recorder.scenario(), turn.transitions, result.as_dict())
+    return await _record(script, tools=tools, config=config, channel=SlowReactors(hang_on),
+                         history=history)
 
 
 def test_a_metadata_reveal_replays_with_its_lookups_timing_and_names() -> None:

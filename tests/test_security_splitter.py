@@ -206,6 +206,22 @@ async def test_whitespace_after_the_last_cut_message_stays_in_the_delivered_acco
     assert all(m.strip() for m in sent) and "".join(sent).replace(" ", "") == "word" * 90
 
 
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_a_pass_of_whitespace_alone_adds_nothing_to_an_earlier_pass() -> None:
+    """covers D1, G1: whitespace that is a pass's whole text makes no message and stays out
+    of the account of the pass before it (what a fallback attempt continues from)."""
+    async with emulated_discord() as (emu, client):
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None)  # type: ignore[arg-type]
+        await channel.deliver("Hello")
+        await channel.finish_pass()
+        await channel.deliver("\n\n")
+        await channel.finish_pass()
+        await channel.aclose()
+        sent = [m["content"] for m in emu.channel_messages()]
+    assert sent == ["Hello"] and channel.delivered_text == "Hello"
+
+
 def test_the_splitter_benchmark_runs() -> None:
     """covers D1: `python -m bench --only splitter` with tiny sizes yields its figures (the
     timings themselves are BENCHMARKS.md's to judge, never asserted here)."""
