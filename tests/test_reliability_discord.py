@@ -19,6 +19,14 @@ exactly one terminal state; the delivered text is what Discord really received (
 `DiscordChannel`'s record against the emulator's messages); no lock held, no queue left,
 every typing indicator stopped and no typing post outside a running turn; no task left but
 the bot's sweeper and the emulator's own (and none at all once both are closed).
+
+Users' messages and /kill are handed to discord.py's own parser (`client._connection.parse_*`)
+instead of going through the emulated gateway, on purpose: the cells place faults and kills
+at exact instants of virtual time and note the bot's state at the instant of each /kill, and
+a websocket hop would put socket waits between that instant and the handling. The gateway
+path, the bot started with `client.start()`, is covered end to end by test_bot.py,
+test_discord_gateway*.py, test_discord_kill.py and the operator, vision, lock-parity and
+telemetry tests.
 """
 
 from __future__ import annotations
