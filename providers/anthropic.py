@@ -37,10 +37,11 @@ from .context import (
     ImagePart,
     Message,
     Part,
-    history_calls,
+    history_turns,
     normalize_items,
     normalize_tools,
     notices_text,
+    turn_text,
 )
 from .errors import ErrorDetails, error_details, incomplete_stream, stream_error
 from .http import SSEProvider
@@ -105,27 +106,31 @@ def anthropic_messages(
         for m in messages
         if m.role != "system"
     ]
-    for call in history_calls(request):
-        call_id = _TOOL_ID_UNSAFE.sub("_", call.call_id)
+    for turn in history_turns(request):
         content: list[dict[str, Any]] = []
-        if call.entry.pre_tool_text:
-            content.append({"type": "text", "text": call.entry.pre_tool_text})
-        content.append(
+        text = turn_text(turn)
+        if text:
+            content.append({"type": "text", "text": text})
+        content.extend(
             {
                 "type": "tool_use",
-                "id": call_id,
+                "id": _TOOL_ID_UNSAFE.sub("_", call.call_id),
                 "name": call.entry.tool_name,
                 "input": call.entry.arguments,
             }
+            for call in turn
         )
         out.append({"role": "assistant", "content": content})
-        result = {
-            "type": "tool_result",
-            "tool_use_id": call_id,
-            "content": call.result_json,
-            "is_error": not call.entry.success,
-        }
-        out.append({"role": "user", "content": [result]})
+        results = [
+            {
+                "type": "tool_result",
+                "tool_use_id": _TOOL_ID_UNSAFE.sub("_", call.call_id),
+                "content": call.result_json,
+                "is_error": not call.entry.success,
+            }
+            for call in turn
+        ]
+        out.append({"role": "user", "content": results})
     notices = notices_text(request)
     if notices:
         out.append({"role": "user", "content": [{"type": "text", "text": notices}]})

@@ -141,6 +141,25 @@ def history_calls(request: PassRequest) -> list[HistoryCall]:
     ]
 
 
+def history_turns(request: PassRequest) -> list[list[HistoryCall]]:
+    """Function history as the model turns that made the calls: consecutive entries of one
+    batch (parallel calls) are one turn, sent back together as each API documents it (one
+    assistant turn with every call, then every result); an entry without a batch is alone."""
+    turns: list[list[HistoryCall]] = []
+    for call in history_calls(request):
+        batch = call.entry.batch
+        if turns and batch is not None and turns[-1][-1].entry.batch == batch:
+            turns[-1].append(call)
+        else:
+            turns.append([call])
+    return turns
+
+
+def turn_text(turn: list[HistoryCall]) -> str:
+    """The visible text the model streamed before the calls of `turn` (T7)."""
+    return "".join(call.entry.pre_tool_text for call in turn)
+
+
 def notices_text(request: PassRequest) -> str:
     """Request-only notices, joined; they go right before the prefill (S1)."""
     return "\n\n".join(notice for notice in request.request_notices if notice.strip())

@@ -41,10 +41,11 @@ from .context import (
     ImagePart,
     Message,
     Part,
-    history_calls,
+    history_turns,
     normalize_items,
     normalize_tools,
     notices_text,
+    turn_text,
 )
 from .errors import error_details, incomplete_stream, stream_error
 from .gemini_calls import StreamedCall, is_partial
@@ -146,22 +147,29 @@ class GeminiProvider(SSEProvider):
             for m in messages
             if m.role != "system"
         ]
-        for call in history_calls(request):
+        for turn in history_turns(request):
+            # Parallel calls go back as Gemini sent them: one model turn with every call (only
+            # the first carries the thought signature), then one user turn with every answer.
             parts: list[dict[str, Any]] = []
-            if call.entry.pre_tool_text:
-                parts.append({"text": call.entry.pre_tool_text})
-            call_body: dict[str, Any] = {"name": call.entry.tool_name, "args": call.entry.arguments}
-            response: dict[str, Any] = {"name": call.entry.tool_name,
-                                        "response": call.entry.result}
-            if call.call_id in self._provider_ids:
-                call_body["id"] = response["id"] = call.call_id
-            function_call: dict[str, Any] = {"functionCall": call_body}
-            signature = self._signatures.get(call.call_id)
-            if signature is not None:
-                function_call["thoughtSignature"] = signature
-            parts.append(function_call)
+            text = turn_text(turn)
+            if text:
+                parts.append({"text": text})
+            answers: list[dict[str, Any]] = []
+            for call in turn:
+                call_body: dict[str, Any] = {"name": call.entry.tool_name,
+                                             "args": call.entry.arguments}
+                response: dict[str, Any] = {"name": call.entry.tool_name,
+                                            "response": call.entry.result}
+                if call.call_id in self._provider_ids:
+                    call_body["id"] = response["id"] = call.call_id
+                function_call: dict[str, Any] = {"functionCall": call_body}
+                signature = self._signatures.get(call.call_id)
+                if signature is not None:
+                    function_call["thoughtSignature"] = signature
+                parts.append(function_call)
+                answers.append({"functionResponse": response})
             out.append({"role": "model", "parts": parts})
-            out.append({"role": "user", "parts": [{"functionResponse": response}]})
+            out.append({"role": "user", "parts": answers})
         notices = notices_text(request)
         if notices:
             out.append({"role": "user", "parts": [{"text": notices}]})

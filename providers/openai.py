@@ -51,10 +51,11 @@ from fsm.engine.provider import (
 from .context import (
     ImagePart,
     Message,
-    history_calls,
+    history_turns,
     normalize_items,
     normalize_tools,
     notices_text,
+    turn_text,
 )
 from .errors import ErrorDetails, error_details, incomplete_stream, stream_error
 from .http import SSEProvider
@@ -116,7 +117,7 @@ def chat_messages(
     if request.system_prompt:
         messages.append({"role": "system", "content": request.system_prompt})
     messages.extend(_message(message) for message in normalize_items(request.context_items))
-    for call in history_calls(request):
+    for turn in history_turns(request):
         assistant: dict[str, Any] = {
             "role": "assistant",
             "tool_calls": [
@@ -125,13 +126,16 @@ def chat_messages(
                     "type": "function",
                     "function": {"name": call.entry.tool_name, "arguments": call.arguments_json},
                 }
+                for call in turn
             ],
         }
-        if call.entry.pre_tool_text:
-            assistant["content"] = call.entry.pre_tool_text
+        text = turn_text(turn)
+        if text:
+            assistant["content"] = text
         messages.append(assistant)
-        messages.append(
+        messages.extend(
             {"role": "tool", "tool_call_id": call_id(call.call_id), "content": call.result_json}
+            for call in turn
         )
     notices = notices_text(request)
     if notices:

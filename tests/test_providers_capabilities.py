@@ -327,8 +327,9 @@ class SequenceServer:
 
 @pytest.mark.asyncio
 async def test_gemini_function_responses_carry_the_ids_the_model_sent() -> None:
-    """covers T7: parallel calls of one function, with ids from the model: each result goes
-    back with its call's id; a call without an id (minted here) gets none."""
+    """covers T7: parallel calls of one function, with ids from the model: they go back as
+    Gemini sent them, one model turn with all three calls and one user turn with all three
+    answers, each result with its call's id; a call without an id (minted here) gets none."""
     calls = sse({"candidates": [{"content": {"role": "model", "parts": [
         {"functionCall": {"id": "fc-FIXTURE-a", "name": "get_weather", "args": {"city": "Oslo"}}},
         {"functionCall": {"id": "fc-FIXTURE-b", "name": "get_weather", "args": {"city": "Rome"}}},
@@ -340,7 +341,8 @@ async def test_gemini_function_responses_carry_the_ids_the_model_sent() -> None:
                               function_history=[])
         made = [e async for e in provider.stream(request, AbortSignal())
                 if isinstance(e, ToolCallRequest)]
-        history = [HistoryEntry(c.name, c.arguments, {"ok": True}, call_id=c.id) for c in made]
+        history = [HistoryEntry(c.name, c.arguments, {"ok": True}, call_id=c.id, batch="t:1")
+                   for c in made]  # one pass's calls: one batch, as the engine records them
         follow = PassRequest(context_items=request.context_items, function_history=history)
         async for _ in provider.stream(follow, AbortSignal()):
             pass

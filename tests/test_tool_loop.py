@@ -8,11 +8,15 @@ import pytest
 from pydantic import BaseModel
 
 from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.provider import PassRequest
 from fsm.engine.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult
 from fsm.engine.turn import Turn
 from fsm.scenarios.format import parse_scenario
 from fsm.scenarios.runner import play
 from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider
+from providers.anthropic import anthropic_messages
+from providers.context import normalize_items
+from providers.openai import chat_messages
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -30,6 +34,36 @@ async def test_pre_tool_text_kept_on_the_history_entry() -> None:
     assert entry.tool_name == "weather" and entry.pre_tool_text == "Let me check. "
     assert entry.arguments == {"city": "Oslo"}
     assert entry.result == {"success": True, "data": {"sky": "snow"}}
+
+
+async def test_parallel_calls_of_one_pass_share_a_batch_and_go_back_as_one_turn() -> None:
+    # covers T7, T5: the calls one pass made together are one model turn in the history
+    # (the pre-tool text once, every call, then every result), each later pass's its own;
+    # OpenAI-style messages and Anthropic's blocks are built that way from the same entries
+    played = await play(parse_scenario({
+        "passes": [[{"at": 1, "text": "Checking both. "},
+                    {"at": 2, "tool_calls": [{"name": "weather", "args": {"city": "Oslo"}},
+                                             {"name": "weather", "args": {"city": "Rome"}}]}],
+                   [{"at": 1, "tool_call": {"name": "weather", "args": {"city": "Bern"}}}],
+                   [{"at": 1, "text": "Done."}, {"at": 2, "end": "completed"}]],
+        "tools": {"weather": [{"success": True, "data": {"sky": "sun"}}] * 3},
+    }))
+    history = played.provider.requests[2].function_history
+    oslo, rome, bern = history
+    assert oslo.batch == rome.batch != bern.batch and bern.batch is not None
+    assert (oslo.pre_tool_text, rome.pre_tool_text) == ("Checking both. ", "")
+    request = PassRequest(context_items=[{"role": "user", "content": "weather?"}],
+                          function_history=history)
+    messages = chat_messages(request)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool",
+                                             "assistant", "tool"]
+    assert messages[1]["content"] == "Checking both. "
+    assert [c["function"]["arguments"] for c in messages[1]["tool_calls"]] == [
+        '{"city": "Oslo"}', '{"city": "Rome"}']
+    blocks = anthropic_messages(request, normalize_items(request.context_items))
+    assert [m["role"] for m in blocks] == ["user", "assistant", "user", "assistant", "user"]
+    assert [b["type"] for b in blocks[1]["content"]] == ["text", "tool_use", "tool_use"]
+    assert [b["type"] for b in blocks[2]["content"]] == ["tool_result", "tool_result"]
 
 
 async def test_turn_result_carries_passes_text_and_thoughts() -> None:

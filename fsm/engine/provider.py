@@ -173,6 +173,9 @@ class HistoryEntry:
     call_id: str | None = None
     pre_tool_text: str = ""
     success: bool = True
+    batch: str | None = None
+    """The model turn that made the call: consecutive entries with the same batch were
+    parallel calls of one turn, and a provider sends them back as one turn (None: alone)."""
 
 
 @dataclass(slots=True)

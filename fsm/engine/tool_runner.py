@@ -70,6 +70,9 @@ class ToolRunner:
         self._clock = clock
         self._calls: deque[ToolCallRequest] = deque()
         self._seq = itertools.count(1)
+        self._batches = itertools.count(1)
+        self.batch = ""
+        """The id of the model turn whose calls run now (unique across a fallback chain)."""
         self._pre_tool_text = ""
         self.current: PendingCall | None = None
         self.deadline: float | None = None
@@ -83,6 +86,7 @@ class ToolRunner:
         """The pass asked for `calls`; its visible text goes on the first entry (T7), unless
         it is only whitespace (Anthropic rejects whitespace-only text blocks)."""
         self._calls = deque(calls)
+        self.batch = f"{self._turn_id}:{next(self._batches)}"
         self._pre_tool_text = pre_tool_text if pre_tool_text.strip() else ""
 
     def has_queued(self) -> bool:

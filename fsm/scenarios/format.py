@@ -185,6 +185,7 @@ class HistoryEntrySpec(_Loose):
     call_id: str | None = None
     pre_tool_text: str = ""
     success: bool = True
+    batch: str | None = None
 
 
 class RequestSpec(_Loose):

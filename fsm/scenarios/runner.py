@@ -32,7 +32,8 @@ __all__ = ["Played", "play", "play_virtual", "read_journal", "run_virtual", "spl
 _TERMINAL_NAMES = frozenset(s.value for s in TERMINAL)
 
 T = TypeVar("T")
-HISTORY_FIELDS = ("tool_name", "arguments", "result", "call_id", "pre_tool_text", "success")
+HISTORY_FIELDS = ("tool_name", "arguments", "result", "call_id", "pre_tool_text", "success",
+                  "batch")
 CHANNEL_ID = "scenario-channel"
 
 
