@@ -36,6 +36,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from .gateway import GATEWAY_PATH, Gateway
+from .objects import role_object
 from .spec_validation import SpecViolation, SpecViolationError, shared_validator
 
 JsonDict = dict[str, Any]
@@ -409,11 +410,7 @@ class DiscordEmulator:
     def add_role(self, name: str, *, permissions: int = 0) -> int:
         """A role of the guild; give it to members with `member_roles[user_id].append`."""
         role_id = self.next_id()
-        self.roles[role_id] = {
-            "id": str(role_id), "name": name, "color": 0, "hoist": False, "position": 1,
-            "permissions": str(permissions), "managed": False, "mentionable": False,
-            "flags": 0,
-        }
+        self.roles[role_id] = role_object(role_id, name, permissions, position=1)
         return role_id
 
     def member_payload(self, user_id: int) -> JsonDict:
@@ -425,9 +422,7 @@ class DiscordEmulator:
     def guild_payload(self) -> JsonDict:
         """The guild as GUILD_CREATE carries it (roles, text channels), for a client's cache:
         ``client._connection._add_guild_from_data(emulator.guild_payload())``."""
-        everyone = {"id": str(self.guild_id), "name": "@everyone", "color": 0, "hoist": False,
-                    "position": 0, "permissions": "0", "managed": False,
-                    "mentionable": False, "flags": 0}
+        everyone = role_object(self.guild_id, "@everyone", 0, position=0)
         return {
             "id": str(self.guild_id), "name": "emulated guild", "icon": None,
             "owner_id": str(self.alice_id), "roles": [everyone, *self.roles.values()],

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from aiohttp import WSMsgType, web
 
+from .objects import role_object
 from .spec_validation import SpecViolation, shared_validator
 
 JsonDict = dict[str, Any]
@@ -528,9 +529,7 @@ class Gateway:
         members = [self._member(u, with_user=True) for u in guild["members"]]
         channels = [c for c in self._emu.channels.values()
                     if c.get("guild_id") == str(guild_id)]
-        everyone = {"id": str(guild_id), "name": "@everyone", "permissions": str(_EVERYONE),
-                    "position": 0, "color": 0, "hoist": False, "managed": False,
-                    "mentionable": False, "flags": 0}
+        everyone = role_object(guild_id, "@everyone", _EVERYONE, position=0)
         roles = [everyone, *self._emu.roles.values()] if guild_id == self._emu.guild_id else [
             everyone]
         return {
@@ -581,9 +580,13 @@ def _event_violations(name: str, data: JsonDict) -> list[SpecViolation]:
         return validator.check_object("GuildChannelResponse", data, where=where)
     if name == "READY":
         return validator.check_object("UserResponse", data["user"], where=where)
+    if name == "GUILD_ROLE_CREATE":
+        return validator.check_object("GuildRoleResponse", data["role"], where=where)
     if name == "GUILD_CREATE":
         found = [v for channel in data["channels"]
                  for v in validator.check_object("GuildChannelResponse", channel, where=where)]
+        found += [v for role in data["roles"]
+                  for v in validator.check_object("GuildRoleResponse", role, where=where)]
         return found + [v for member in data["members"]
                         for v in validator.check_object("UserResponse", member["user"],
                                                         where=where)]
