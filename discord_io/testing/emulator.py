@@ -398,10 +398,14 @@ class DiscordEmulator:
             message["guild_id"] = guild_id
         return message
 
-    def add_attachment(self, filename: str, content_type: str, data: bytes) -> JsonDict:
-        """An uploaded file, served by the emulated CDN, for `add_message(attachments=...)`."""
+    def add_attachment(self, filename: str, content_type: str, data: bytes, *,
+                       channel_id: int | None = None) -> JsonDict:
+        """An uploaded file, served by the emulated CDN, for `add_message(attachments=...)`;
+        filed under the channel it is posted in, as Discord's CDN paths are (default: the
+        emulator's text channel)."""
         attachment_id = self.next_id()
-        path = f"/attachments/{self.channel_id}/{attachment_id}/{filename}"
+        channel = channel_id if channel_id is not None else self.channel_id
+        path = f"/attachments/{channel}/{attachment_id}/{filename}"
         self.cdn[path] = CdnFile(content_type, data)
         return {"id": str(attachment_id), "filename": filename, "size": len(data),
                 "url": self.cdn_url(path), "proxy_url": self.cdn_url(path),
