@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import aiohttp
 import discord
 import pytest
 
@@ -122,3 +123,15 @@ async def test_file_uploads_are_recorded_with_their_payload() -> None:
         assert request.json["content"] == "with a file"
         assert [(f.filename, f.size) for f in request.files] == [("note.txt", 10)]
         assert message.attachments[0].filename == "note.txt"
+
+
+@pytest.mark.asyncio
+async def test_an_upload_is_served_under_the_channel_it_was_posted_in() -> None:
+    # covers D1's emulator surface: an attachment's CDN path names its own channel, and the
+    # CDN serves its bytes there
+    async with emulated_discord() as (emu, _client):
+        other = emu.add_text_channel("other")
+        upload = emu.add_attachment("a.txt", "text/plain", b"hi", channel_id=other)
+        assert f"/attachments/{other}/" in upload["url"]
+        async with aiohttp.ClientSession() as http, http.get(upload["url"]) as answer:
+            assert answer.status == 200 and await answer.read() == b"hi"
