@@ -65,6 +65,33 @@ def test_log_lines_are_timestamped_levelled_and_never_hold_a_secret(
     assert "not shown" not in text and "library chatter" not in text
 
 
+def test_discord_reconnect_attempts_are_one_line_each(log_stream: io.StringIO) -> None:
+    # covers O7: discord.py's reconnect loop logs a traceback per attempt; the operator gets
+    # one line per attempt naming what failed and when it tries again, secrets still scrubbed
+    shard = logging.getLogger("discord.shard")
+    try:
+        raise OSError(f"Cannot connect to host gateway.discord.gg:443 ssl:default {SECRET}")
+    except OSError as exc:
+        shard.error("Attempting a reconnect for shard ID %s in %.2fs", 0, 4.0, exc_info=exc)
+    try:
+        raise TimeoutError
+    except TimeoutError:
+        logging.getLogger("discord.client").exception("Attempting a reconnect in %.2fs", 8.0)
+    try:
+        raise ValueError("a bug")
+    except ValueError:
+        logging.getLogger("discord.client").exception("Ignoring exception in on_message")
+    text = log_stream.getvalue()
+    lines = text.splitlines()
+    assert lines[0].endswith("ERROR discord.shard: Attempting a reconnect for shard ID 0 in "
+                             "4.00s: OSError: Cannot connect to host gateway.discord.gg:443 "
+                             "ssl:default [redacted]")
+    assert lines[1].endswith("ERROR discord.client: Attempting a reconnect in 8.00s: "
+                             "TimeoutError")
+    assert "Traceback" in text.split("Ignoring exception in on_message", 1)[1]  # a bug stays
+    assert text.count("Traceback") == 1
+
+
 def _result(status: str, state: str, usages: list[dict[str, int] | None]) -> GenerationResult:
     passes = [PassResult(index=i, status="completed", usage=u) for i, u in enumerate(usages)]
     attempt = TurnResult(status=status, state=state, text="", passes=passes,  # type: ignore[arg-type]

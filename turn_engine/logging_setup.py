@@ -50,6 +50,24 @@ class RedactSecrets(logging.Filter):
         return True
 
 
+class OneLineReconnects(logging.Filter):
+    """discord.py logs every reconnect attempt with a full traceback (a gateway that is down
+    for a minute is pages of them); an operator needs one line: what failed and when it
+    tries again. The record keeps its level and logger; only the traceback becomes text."""
+
+    PREFIXES = ("Attempting a reconnect", "Failed to connect for shard_id")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.name.startswith("discord.") and \
+                str(record.msg).startswith(self.PREFIXES):
+            error = record.exc_info[1]
+            reason = " ".join(str(error).split()) if error is not None else ""
+            kind = type(error).__name__ if error is not None else "error"
+            record.msg = f"{record.getMessage()}: {kind}" + (f": {reason}" if reason else "")
+            record.args, record.exc_info, record.exc_text = None, None, None
+        return True
+
+
 def setup_logging(level: str = "INFO", library_level: str = "WARNING",
                   secrets: Iterable[str] = (), stream: TextIO | None = None) -> logging.Handler:
     """Install the handler (replacing an earlier one from here) and return it."""
@@ -59,6 +77,7 @@ def setup_logging(level: str = "INFO", library_level: str = "WARNING",
             root.removeHandler(handler)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(UtcFormatter())
+    handler.addFilter(OneLineReconnects())
     handler.addFilter(RedactSecrets(secrets))
     handler.turn_engine = True  # type: ignore[attr-defined]
     root.addHandler(handler)
