@@ -5,10 +5,10 @@ redis-server with the other workers.
 The test drives it over stdin, one JSON line each: {"op": "message"|"interaction", "payload":
 ...} is handed to discord.py's parser as the gateway would hand it (the test chooses which
 worker receives each event, as a gateway proxy or two sessions of one shard during a deploy
-would, which one emulated gateway session per shard cannot); {"op": "quit"} shuts it down. It reports
-on stdout, one JSON line each: ready, a message submitted, turn start and end (at the
-system-wide monotonic time, so the test compares workers), and the backend's warnings. Its
-journals go to the folder the test names.
+would, which one emulated gateway session per shard cannot); {"op": "quit"} shuts it down.
+It reports on stdout, one JSON line each: ready, a message submitted, turn start and end (at
+the system-wide monotonic time, so the test compares workers), and the backend's warnings.
+Its journals go to the folder the test names.
 """
 
 from __future__ import annotations
