@@ -89,6 +89,21 @@ async def test_completed_tool_calls_are_named_to_the_replacement_attempt() -> No
     assert request.prefill == "" and result.status == "completed"
 
 
+async def test_attempts_with_the_same_label_keep_their_calls_apart() -> None:
+    # covers G1, T7: a fallback onto the same provider and model (two endpoints, one label)
+    # is a turn of its own: its id differs (its journal does not overwrite the first's), and
+    # the call it makes is not merged into the replayed call's model turn
+    primary = _provider([{"at": 1, "tool_call": {"name": "weather", "args": {"city": "Oslo"}}}],
+                        [{"at": 1, "error": "server_error"}])
+    fallback = _provider([{"at": 1, "tool_call": {"name": "weather", "args": {"city": "Rome"}}}],
+                         [{"at": 1, "text": "Cold and warm."}, {"at": 2, "end": "completed"}])
+    result, _ = await _run([Attempt(primary, "openai:m"), Attempt(fallback, "openai:m")],
+                           tools={"weather": [{"success": True, "data": {"c": 1}}] * 2})
+    assert result.status == "completed"
+    oslo, rome = fallback.requests[1].function_history
+    assert oslo.batch is not None and rome.batch is not None and oslo.batch != rome.batch
+
+
 async def test_kill_or_tool_loop_failure_does_not_fall_back() -> None:
     # covers G1: only a model failure moves to the next attempt
     fallback = _provider([{"at": 1, "text": "never"}])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -122,6 +123,12 @@ def _continuation(request: TurnRequest, delivered: str, turn: Turn) -> TurnReque
                    function_history=history)
 
 
+def _turn_id(owner: str, label: str, occurrence: int) -> str:
+    """An attempt's turn id, unique within its chain even when two attempts share a label
+    (one model behind two endpoints): journals are named by it, tool batches derive from it."""
+    return f"{owner}-{label}" if occurrence == 1 else f"{owner}-{label}#{occurrence}"
+
+
 async def run_generation_turn(
     attempts: Sequence[Attempt],
     *,
@@ -148,14 +155,17 @@ async def run_generation_turn(
     delivered = ""
     deleted = 0
     current = request
+    seen: Counter[str] = Counter()
     for index, attempt in enumerate(attempts):
+        seen[attempt.label] += 1
         last = index == len(attempts) - 1
         budget = max(1, base.max_delivered_chars - len(delivered))
         attempt_config = base.model_copy(update={"fallback_pending": not last,
                                                  "max_delivered_chars": budget})
         turn = Turn(provider=attempt.provider, channel=channel, locks=locks, lock=lock,
                     request=current, tools=tools, stash=stash, config=attempt_config,
-                    observer=observer, turn_id=f"{lock.owner}-{attempt.label}")
+                    observer=observer, turn_id=_turn_id(lock.owner, attempt.label,
+                                                        seen[attempt.label]))
         if on_attempt is not None:
             on_attempt(turn)
         result = await turn.run()
