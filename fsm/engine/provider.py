@@ -91,11 +91,26 @@ class KeepAlive:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningState:
+    """A provider's opaque reasoning for one model turn (Anthropic's signed thinking and
+    redacted_thinking blocks, a Gemini thought signature, reasoning a host wants back with
+    a tool call). The API requires it back, unchanged, with the calls that turn made (P5):
+    the engine only carries it, from the call to the call's history entry. `origin` names
+    the adapter and model that made it, since signatures are bound to their model; `items`
+    are that adapter's own JSON, opaque to everyone else."""
+
+    origin: str
+    items: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallRequest:
     """One function call the model asked for, arguments fully parsed.
 
     `truncated` marks a call whose arguments never completed (e.g. a `max_tokens` stop):
-    such a call must never run (T4).
+    such a call must never run (T4). `reasoning` is the model turn's opaque reasoning
+    state, on the call that must carry it back (the turn's first call, or each call of a
+    Gemini turn that signed it).
     """
 
     name: str
@@ -103,6 +118,7 @@ class ToolCallRequest:
     id: str | None = None
     truncated: bool = False
     raw_arguments: str = ""
+    reasoning: ReasoningState | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +192,9 @@ class HistoryEntry:
     batch: str | None = None
     """The model turn that made the call: consecutive entries with the same batch were
     parallel calls of one turn, and a provider sends them back as one turn (None: alone)."""
+    reasoning: ReasoningState | None = None
+    """The call's `ToolCallRequest.reasoning`, carried to every later pass, fallback and
+    restart of the turn so the provider gets its reasoning state back (P5)."""
 
 
 @dataclass(slots=True)

@@ -630,7 +630,7 @@ class Turn:
             arguments={} if call.truncated else call.arguments,  # never shown a call not made
             result=payload.for_model(),
             call_id=call.id, pre_tool_text=self._tools.take_pre_tool_text(),
-            success=payload.success, batch=self._tools.batch,
+            success=payload.success, batch=self._tools.batch, reasoning=call.reasoning,
         ))
         if payload.success:
             self.consecutive_tool_errors = 0
