@@ -9,14 +9,27 @@ Anthropic adds event and block types over time, so unknown ones are ignored, not
 Tool calls are held until `message_delta` says why the message stopped: on `max_tokens` or
 `model_context_window_exceeded` the last tool block may have been cut mid-JSON (even when
 what arrived happens to parse, e.g. an empty input), so it is marked truncated and never
-runs (T4). `stop_reason: "refusal"` is a blocked ending, not a completion.
+runs (T4). Every stop reason is sorted by `endings.ANTHROPIC` (P6): `refusal` is a block,
+`max_tokens` and `pause_turn` a cut reply, and the usage on the same `message_delta` is
+counted whatever the reason (P7).
+
+Extended thinking (P2, P5): the `reasoning` setting becomes `thinking` with a budget, and
+`max_tokens` is the output limit plus that budget, so thinking does not eat the reply. The
+thinking blocks a tool-use message streamed (`thinking` text with the signature that
+`signature_delta` delivers, `redacted_thinking` data) ride on its first call and go back
+first in that assistant turn, unchanged and in order, as the API requires; another model's
+blocks are never sent (their signatures are refused). When the last tool-use turn has no
+thinking of this model's (a fallback after another model's calls), thinking is left off
+for that request, which the API names as the way to avoid the requirement.
 
 A prefill goes as the final assistant turn (`native`) or, for models that reject one
-(Claude 4.6 and later), as a closing user instruction (`prefill.py`).
+(Claude 4.6 and later, and any model with thinking on), as a closing user instruction
+(`prefill.py`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +41,7 @@ from fsm.engine.provider import (
     ProviderError,
     ProviderEvent,
     ReasoningDelta,
+    ReasoningState,
     TextDelta,
     ToolCallRequest,
     Usage,
@@ -43,9 +57,11 @@ from .context import (
     notices_text,
     turn_text,
 )
+from .endings import ANTHROPIC, ending_error
 from .errors import ErrorDetails, error_details, incomplete_stream, stream_error
 from .http import SSEProvider
 from .prefill import PREFILL_INSTRUCTION, PrefillMode, prefill_message
+from .reasoning import anthropic_thinking, made_here, own_state
 from .sse import SSEEvent, json_payload
 from .toolcalls import tool_call
 from .usage import token_count
@@ -53,6 +69,7 @@ from .usage import token_count
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 CUT_STOP_REASONS = frozenset({"max_tokens", "model_context_window_exceeded"})
+THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 _TOOL_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -73,12 +90,18 @@ class AnthropicProvider(SSEProvider):
         system_parts = [request.system_prompt] if request.system_prompt else []
         system_parts += [m.text for m in messages if m.role == "system"]
         system = "\n\n".join(system_parts)
+        origin = self.config.reasoning_origin
+        limit = self.config.max_output_tokens or DEFAULT_MAX_TOKENS
         body: dict[str, Any] = {
             "model": self.config.model,
-            "max_tokens": self.config.max_output_tokens or DEFAULT_MAX_TOKENS,
+            "max_tokens": limit,
             "stream": True,
-            "messages": anthropic_messages(request, messages, self.prefill_mode),
+            "messages": anthropic_messages(request, messages, self.prefill_mode, origin),
         }
+        thinking = anthropic_thinking(self.config.reasoning)
+        if thinking is not None and _last_turn_thought_here(request, origin):
+            body["thinking"] = thinking
+            body["max_tokens"] = limit + thinking["budget_tokens"]
         if system:
             body["system"] = system
         tools = self.allowed_tools(normalize_tools(request.tools))
@@ -90,11 +113,20 @@ class AnthropicProvider(SSEProvider):
         return body
 
     def new_decoder(self) -> MessagesDecoder:
-        return MessagesDecoder()
+        return MessagesDecoder(self.config.reasoning_origin)
+
+
+def _last_turn_thought_here(request: PassRequest, origin: str) -> bool:
+    """Whether the lastmost tool-use turn starts with this model's thinking, as a request
+    with thinking on requires ("a final assistant message must start with a thinking
+    block"); true when there is no tool turn at all."""
+    turns = history_turns(request)
+    return not turns or any(made_here(call.entry.reasoning, origin) for call in turns[-1])
 
 
 def anthropic_messages(
-    request: PassRequest, messages: list[Message], prefill_mode: PrefillMode = "native"
+    request: PassRequest, messages: list[Message], prefill_mode: PrefillMode = "native",
+    origin: str = "",
 ) -> list[dict[str, Any]]:
     """Context, function history, notices, then the prefill last (S1, T7).
 
@@ -107,7 +139,10 @@ def anthropic_messages(
         if m.role != "system"
     ]
     for turn in history_turns(request):
-        content: list[dict[str, Any]] = []
+        content: list[dict[str, Any]] = [
+            block for block in own_state((call.entry.reasoning for call in turn), origin)
+            if block.get("type") in THINKING_BLOCKS
+        ]
         text = turn_text(turn)
         if text:
             content.append({"type": "text", "text": text})
@@ -164,11 +199,14 @@ class _ToolBlock:
 class MessagesDecoder:
     """Decodes one Messages stream."""
 
-    def __init__(self) -> None:
+    def __init__(self, origin: str = "") -> None:
+        self._origin = origin
         self._tools: dict[int, _ToolBlock] = {}
+        self._thinking: dict[int, dict[str, Any]] = {}
         self._last_index = -1
         self._usage: dict[str, int] = {}
         self._stop_reason: str | None = None
+        self._ending: ProviderError | None = None
         self._done = False
 
     @property
@@ -207,7 +245,8 @@ class MessagesDecoder:
     def finish(self) -> list[ProviderEvent]:
         if self._stop_reason is None:
             return [incomplete_stream("message_delta with a stop reason")]
-        return [Finish(self._stop_reason)]
+        ending: list[ProviderEvent] = [self._ending] if self._ending is not None else []
+        return [Finish(self._stop_reason), *ending]
 
     def _start(self, payload: dict[str, Any]) -> list[ProviderEvent]:
         block = payload.get("content_block")
@@ -223,8 +262,17 @@ class MessagesDecoder:
         if kind == "text":
             return _text(TextDelta, block.get("text"))
         if kind == "thinking":
-            return _text(ReasoningDelta, block.get("thinking"))
+            self._thinking[index] = {"type": "thinking", "thinking": "", "signature": ""}
+            return self._thought(index, block.get("thinking"))
+        if kind == "redacted_thinking":
+            self._thinking[index] = {"type": "redacted_thinking", "data": block.get("data", "")}
         return []
+
+    def _thought(self, index: int, value: Any) -> list[ProviderEvent]:
+        block = self._thinking.get(index)
+        if block is not None and isinstance(value, str):
+            block["thinking"] += value
+        return _text(ReasoningDelta, value)
 
     def _delta(self, payload: dict[str, Any]) -> list[ProviderEvent]:
         delta = payload.get("delta")
@@ -234,7 +282,11 @@ class MessagesDecoder:
         if kind == "text_delta":
             return _text(TextDelta, delta.get("text"))
         if kind == "thinking_delta":
-            return _text(ReasoningDelta, delta.get("thinking"))
+            return self._thought(_index(payload), delta.get("thinking"))
+        if kind == "signature_delta":
+            thought = self._thinking.get(_index(payload))
+            if thought is not None and isinstance(delta.get("signature"), str):
+                thought["signature"] = delta["signature"]
         if kind == "input_json_delta":
             block = self._tools.get(_index(payload))
             fragment = delta.get("partial_json")
@@ -243,18 +295,24 @@ class MessagesDecoder:
         return []
 
     def _message_delta(self, payload: dict[str, Any]) -> list[ProviderEvent]:
+        """The stop reason and the final usage: the usage counts whatever the reason (P7),
+        and a reason that is not an answer is reported when the stream ends (P6)."""
         delta = payload.get("delta")
         out: list[ProviderEvent] = []
-        if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+        if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str) and \
+                self._stop_reason is None:
             self._stop_reason = delta["stop_reason"]
-            if self._stop_reason == "refusal":
-                return [ProviderError(kind="blocked", type="refusal",
-                                      message="the model declined to continue (refusal)")]
+            details = delta.get("stop_details")
+            explanation = details.get("explanation") if isinstance(details, dict) else None
+            self._ending = ending_error(ANTHROPIC, self._stop_reason,
+                                        explanation if isinstance(explanation, str) else None,
+                                        making_calls=bool(self._tools))
             out.extend(self._tool_calls())
         out.extend(self._update_usage(payload.get("usage")))
         return out
 
     def _tool_calls(self) -> list[ToolCallRequest]:
+        """The message's calls; the first carries its thinking blocks back (P5)."""
         cut_reason = self._stop_reason in CUT_STOP_REASONS
         calls = [
             tool_call(
@@ -266,6 +324,10 @@ class MessagesDecoder:
             for block in sorted(self._tools.values(), key=lambda b: b.index)
         ]
         self._tools = {}
+        if calls and self._thinking:
+            blocks = tuple(self._thinking[i] for i in sorted(self._thinking))
+            calls[0] = dataclasses.replace(calls[0],
+                                           reasoning=ReasoningState(self._origin, blocks))
         return calls
 
     def _update_usage(self, raw: Any) -> list[ProviderEvent]:

@@ -23,7 +23,9 @@ from .capabilities import (
     default_prefill,
 )
 from .errors import REDACTED, looks_like_key, scrub
-from .prefill import PrefillMode
+from .prefill import PREFILL_INSTRUCTION, PrefillMode
+from .reasoning import ANTHROPIC_MIN_BUDGET, ReasoningSetting
+from .servers import PROFILES, ServerFamily, ServerProfile, default_server
 
 ProviderKind = Literal["openai", "anthropic", "gemini"]
 
@@ -56,7 +58,12 @@ class ProviderConfig(BaseModel):
     `instruction`, `off`; see `prefill.py`); `max_tokens_field` — the name of the output
     limit (`max_tokens` or `max_completion_tokens`, kind `openai`); `tools` — `false` sends
     no tools, a list sends only the tools it names (local models that reject any tool);
-    `dialect` — `mistral` for Mistral's message rules on kind `openai`.
+    `dialect` — `mistral` for Mistral's message rules on kind `openai`; `server` — the
+    family of OpenAI-compatible host (`servers.py`: what its request schema takes, where it
+    puts usage and reasoning), by host unless set; `think_tags` — a leading
+    `<think>…</think>` in the reply is reasoning, not text (default on for kind `openai`).
+    Reasoning (`reasoning.py`): `{"effort": "low"}` or `{"budget_tokens": 4096}` becomes
+    Anthropic's `thinking`, Gemini's `thinkingConfig` or the host's `reasoning_effort`.
     Key rotation (G4): `api_keys` / `api_key_envs` add keys after `api_key`; an auth or
     rate-limit failure before any output tries the next key, and a key that failed auth is
     benched for `key_bench_s` seconds. Keys are named by index (`key #1`), never shown.
@@ -82,6 +89,9 @@ class ProviderConfig(BaseModel):
     max_tokens_field: MaxTokensField | None = None
     tools: bool | list[str] = True
     dialect: Dialect | None = None
+    server: ServerFamily | None = None
+    think_tags: bool | None = None
+    reasoning: ReasoningSetting | None = None
     api_keys: list[SecretStr] = Field(default_factory=list, repr=False)
     api_key_envs: list[str] = Field(default_factory=list)
     key_bench_s: float = Field(default=300.0, gt=0)
@@ -104,6 +114,15 @@ class ProviderConfig(BaseModel):
         keys = [_from_environment("api_key_envs", name) for name in names]
         return {**data, "api_keys": [*data.get("api_keys", []), *keys]}
 
+    @model_validator(mode="after")
+    def _thinking_budget_fits(self) -> ProviderConfig:
+        if self.kind == "anthropic" and self.reasoning is not None and \
+                self.reasoning.budget_tokens is not None and self.reasoning.on and \
+                self.reasoning.budget_tokens < ANTHROPIC_MIN_BUDGET:
+            raise ValueError(f"reasoning.budget_tokens: Anthropic's thinking budget is at "
+                             f"least {ANTHROPIC_MIN_BUDGET} tokens")
+        return self
+
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
@@ -119,7 +138,32 @@ class ProviderConfig(BaseModel):
 
     @property
     def prefill_mode(self) -> PrefillMode:
-        return self.prefill or default_prefill(self.kind, self.model, self.base_url)
+        """Extended thinking cannot continue a trailing assistant turn (Anthropic:
+        "Thinking isn't compatible with pre-filled responses"), so thinking on means an
+        instruction unless the config names a mode."""
+        if self.prefill is not None:
+            return self.prefill
+        if self.kind == "anthropic" and self.thinking_on:
+            return PREFILL_INSTRUCTION
+        return default_prefill(self.kind, self.model, self.base_url)
+
+    @property
+    def thinking_on(self) -> bool:
+        return self.reasoning is not None and self.reasoning.on
+
+    @property
+    def server_profile(self) -> ServerProfile:
+        return PROFILES[self.server or default_server(self.base_url)]
+
+    @property
+    def reads_think_tags(self) -> bool:
+        return self.think_tags if self.think_tags is not None else self.kind == "openai"
+
+    @property
+    def reasoning_origin(self) -> str:
+        """Whose reasoning state a pass produces: signatures are bound to the model that
+        made them, so state goes back only to the same kind and model."""
+        return f"{self.kind}:{self.model}"
 
     @property
     def output_limit_field(self) -> MaxTokensField:

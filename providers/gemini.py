@@ -9,16 +9,22 @@ one function), each result goes back with its call's id. Candidates are told apa
 every chunk with running totals; the last one wins.
 
 Endings that are not answers: a blocked prompt (`promptFeedback.blockReason`, no candidates)
-and a safety-type `finishReason` become `ProviderError(kind="blocked")`; a malformed function
-call becomes a retryable stream error.
+is `ProviderError(kind="blocked")` at once; every `finishReason` of Gemini's enum is sorted
+by `endings.GEMINI` (P6) and reported when the stream ends, after its usage (P7): the
+safety family is a block, `MAX_TOKENS` a cut reply, `OTHER`, `LANGUAGE`,
+`MISSING_THOUGHT_SIGNATURE` and the rest (and any unknown word) errors.
 
-Thinking models attach a `thoughtSignature` to function-call parts and expect it back with
-that call in the history. `HistoryEntry` has no field for it, so the adapter remembers the
-signature by the call id it minted and puts it back when that id reappears.
+Thinking (P2, P5): the `reasoning` setting becomes `thinkingConfig`. Thinking models attach
+a `thoughtSignature` to a step's first function-call part and want it back on that part;
+it rides on the call (`ReasoningState`) into its history entry, so every later pass,
+fallback and restart of the turn sends it, and only to the model that made it. Gemini 3
+refuses a current-turn call without a signature (HTTP 400): a call another model made gets
+the validator-skipping signature Google documents for that case.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import OrderedDict
 from collections.abc import Callable
@@ -32,11 +38,13 @@ from fsm.engine.provider import (
     ProviderError,
     ProviderEvent,
     ReasoningDelta,
+    ReasoningState,
     TextDelta,
     ToolCallRequest,
     Usage,
 )
 
+from .capabilities import model_version
 from .context import (
     ImagePart,
     Message,
@@ -47,10 +55,12 @@ from .context import (
     notices_text,
     turn_text,
 )
+from .endings import GEMINI, ending_error
 from .errors import error_details, incomplete_stream, stream_error
 from .gemini_calls import StreamedCall, is_partial
 from .http import SSEProvider
 from .prefill import PREFILL_INSTRUCTION, prefill_message
+from .reasoning import gemini_thinking, own_state
 from .sse import SSEEvent, json_payload
 from .toolcalls import mint_call_id
 from .usage import nonzero, token_count
@@ -58,48 +68,32 @@ from .usage import nonzero, token_count
 if TYPE_CHECKING:
     from .config import ProviderConfig
 
-BLOCKED_FINISH_REASONS = frozenset(
-    {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"}
-)
-FAILED_FINISH_REASONS = frozenset(
-    {"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"}
-)
-_SIGNATURE_MEMORY = 512
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+"""The signature Google documents for a function call no Gemini 3 model signed (one taken
+from another model): ai.google.dev/gemini-api/docs/thought-signatures, "FAQs"."""
+_ID_MEMORY = 512
 
 
-class ThoughtSignatures:
-    """Call id -> thoughtSignature, bounded: only the current turn's calls matter."""
+class ProviderIds:
+    """The call ids the model itself sent (as opposed to minted ones), bounded: a function
+    response carries an id only when its call had one."""
 
-    def __init__(self, capacity: int = _SIGNATURE_MEMORY) -> None:
+    def __init__(self, capacity: int = _ID_MEMORY) -> None:
         self._capacity = capacity
-        self._items: OrderedDict[str, str] = OrderedDict()
+        self._items: OrderedDict[str, None] = OrderedDict()
 
-    def remember(self, call_id: str, signature: str) -> None:
-        self._items[call_id] = signature
+    def remember(self, call_id: str) -> None:
+        self._items[call_id] = None
         self._items.move_to_end(call_id)
         while len(self._items) > self._capacity:
             self._items.popitem(last=False)
 
-    def get(self, call_id: str) -> str | None:
-        return self._items.get(call_id)
-
-
-class ProviderIds:
-    """The call ids the model itself sent (as opposed to minted ones), bounded like the
-    signatures: a function response carries an id only when its call had one."""
-
-    def __init__(self, capacity: int = _SIGNATURE_MEMORY) -> None:
-        self._memory = ThoughtSignatures(capacity)
-
-    def remember(self, call_id: str) -> None:
-        self._memory.remember(call_id, call_id)
-
     def __contains__(self, call_id: str) -> bool:
-        return self._memory.get(call_id) is not None
+        return call_id in self._items
 
 
 class GeminiProvider(SSEProvider):
-    """Gemini Developer API; remembers thought signatures across the passes of a turn."""
+    """Gemini Developer API."""
 
     def __init__(
         self,
@@ -109,7 +103,6 @@ class GeminiProvider(SSEProvider):
         on_bytes: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(config, session, on_bytes=on_bytes)
-        self._signatures = ThoughtSignatures()
         self._provider_ids = ProviderIds()
 
     def endpoint(self) -> str:
@@ -136,8 +129,15 @@ class GeminiProvider(SSEProvider):
                 for t in tools
             ]
             body["tools"] = [{"functionDeclarations": declarations}]
+        generation: dict[str, Any] = {}
+        thinking = gemini_thinking(self.config.reasoning, self.config.model)
         if self.config.max_output_tokens is not None:
-            body["generationConfig"] = {"maxOutputTokens": self.config.max_output_tokens}
+            budget = thinking.get("thinkingBudget", 0) if thinking else 0
+            generation["maxOutputTokens"] = self.config.max_output_tokens + max(budget, 0)
+        if thinking is not None:
+            generation["thinkingConfig"] = thinking
+        if generation:
+            body["generationConfig"] = generation
         return body
 
     def contents(self, request: PassRequest, messages: list[Message]) -> list[dict[str, Any]]:
@@ -147,6 +147,8 @@ class GeminiProvider(SSEProvider):
             for m in messages
             if m.role != "system"
         ]
+        origin = self.config.reasoning_origin
+        strict = model_version(self.config.model) >= (3, 0)
         for turn in history_turns(request):
             # Parallel calls go back as Gemini sent them: one model turn with every call (only
             # the first carries the thought signature), then one user turn with every answer.
@@ -155,7 +157,7 @@ class GeminiProvider(SSEProvider):
             if text:
                 parts.append({"text": text})
             answers: list[dict[str, Any]] = []
-            for call in turn:
+            for position, call in enumerate(turn):
                 call_body: dict[str, Any] = {"name": call.entry.tool_name,
                                              "args": call.entry.arguments}
                 response: dict[str, Any] = {"name": call.entry.tool_name,
@@ -163,7 +165,11 @@ class GeminiProvider(SSEProvider):
                 if call.call_id in self._provider_ids:
                     call_body["id"] = response["id"] = call.call_id
                 function_call: dict[str, Any] = {"functionCall": call_body}
-                signature = self._signatures.get(call.call_id)
+                signature = next((item["thoughtSignature"] for item in
+                                  own_state([call.entry.reasoning], origin)
+                                  if isinstance(item.get("thoughtSignature"), str)), None)
+                if signature is None and strict and position == 0:
+                    signature = SKIP_SIGNATURE
                 if signature is not None:
                     function_call["thoughtSignature"] = signature
                 parts.append(function_call)
@@ -180,7 +186,7 @@ class GeminiProvider(SSEProvider):
         return out
 
     def new_decoder(self) -> GenerateContentDecoder:
-        return GenerateContentDecoder(self._signatures, self._provider_ids)
+        return GenerateContentDecoder(self._provider_ids, self.config.reasoning_origin)
 
 
 def _role(message: Message) -> str:
@@ -200,10 +206,12 @@ def _part(part: Part) -> dict[str, Any]:
 class GenerateContentDecoder:
     """Decodes one Gemini stream (first candidate only)."""
 
-    def __init__(self, signatures: ThoughtSignatures, provider_ids: ProviderIds) -> None:
-        self._signatures = signatures
+    def __init__(self, provider_ids: ProviderIds, origin: str = "") -> None:
         self._provider_ids = provider_ids
+        self._origin = origin
         self._finish_reason: str | None = None
+        self._ending: ProviderError | None = None
+        self._made_calls = False
         self._streamed: StreamedCall | None = None
         self._streamed_signature: Any = None
 
@@ -239,6 +247,8 @@ class GenerateContentDecoder:
         if self._streamed is not None:
             out.append(self._close_streamed(cut=True))
         out.append(Finish(self._finish_reason))
+        if self._ending is not None:
+            out.append(self._ending)
         return out
 
     def _parts(self, content: Any) -> list[ProviderEvent]:
@@ -287,7 +297,7 @@ class GenerateContentDecoder:
             {"name": streamed.name, "id": streamed.call_id, "args": streamed.args}, signature
         )
         if cut or streamed.broken:
-            return ToolCallRequest(call.name, call.arguments, call.id, True, call.raw_arguments)
+            return dataclasses.replace(call, truncated=True)
         return call
 
     def _call(self, call: dict[str, Any], signature: Any) -> ToolCallRequest:
@@ -295,8 +305,9 @@ class GenerateContentDecoder:
         if call_id is not None:
             self._provider_ids.remember(call_id)
         call_id = call_id or mint_call_id()
-        if isinstance(signature, str) and signature:
-            self._signatures.remember(call_id, signature)
+        self._made_calls = True
+        state = ReasoningState(self._origin, ({"thoughtSignature": signature},)) \
+            if isinstance(signature, str) and signature else None
         args = call.get("args")
         arguments = args if isinstance(args, dict) else {}
         return ToolCallRequest(
@@ -304,29 +315,19 @@ class GenerateContentDecoder:
             arguments=arguments,
             id=call_id,
             raw_arguments=json.dumps(arguments, ensure_ascii=False),
+            reasoning=state,
         )
 
     def _finish(self, candidate: dict[str, Any]) -> list[ProviderEvent]:
+        """Record the finish; a reason that is not an answer is reported at the end (P6)."""
+        if self._finish_reason is not None:
+            return []
         reason = str(candidate["finishReason"])
         message = candidate.get("finishMessage")
-        if reason in BLOCKED_FINISH_REASONS:
-            return [
-                ProviderError(
-                    kind="blocked",
-                    type=reason,
-                    message=str(message or f"the provider stopped the reply ({reason})"),
-                )
-            ]
-        if reason in FAILED_FINISH_REASONS:
-            return [
-                ProviderError(
-                    kind="provider_stream_error",
-                    type=reason,
-                    message=str(message or f"the model produced an unusable reply ({reason})"),
-                    retryable=True,
-                )
-            ]
         self._finish_reason = reason
+        making_calls = self._streamed is not None or self._made_calls
+        self._ending = ending_error(GEMINI, reason, str(message) if message else None,
+                                    making_calls=making_calls)
         if self._streamed is not None:
             return [self._close_streamed(cut=True)]
         return []

@@ -13,6 +13,8 @@ that must behave the same for all providers:
   (`allowed_tools`), and the exact echo of a native prefill is dropped (`prefill.EchoStrip`);
 - a reply of whitespace only reaches the engine as no text at all (`LeadingBlank`): Discord
   would show nothing, so it is an empty response;
+- a leading `<think>…</think>` block is reasoning, not text (`ThinkTags`, P4), where the
+  config reads think tags (kind `openai` by default);
 - key rotation (G4, `keys.py`): an auth or rate-limit answer tries the provider's next key;
 - redirects are never followed: a 3xx is an error naming its status and target host;
 - a response read to the end returns its connection to the pool; any other ending closes
@@ -56,6 +58,7 @@ from .prefill import PREFILL_NATIVE, EchoStrip, PrefillMode
 from .sse import SSEComment, SSEEvent, SSEItem, SSEParser
 from .stream_filters import LeadingBlank, StreamFilter, finish_filters, run_filters
 from .surrogates import SurrogatePairs
+from .think_tags import ThinkTags
 
 if TYPE_CHECKING:
     from .context import ToolSpec
@@ -167,6 +170,8 @@ class SSEProvider(ABC):
         clock = asyncio.get_running_loop().time
         order: list[int | None] = list(self._keys.order(clock())) or [None]
         filters: list[StreamFilter] = [SurrogatePairs(), LeadingBlank()]
+        if self.config.reads_think_tags:
+            filters.insert(1, ThinkTags())
         if request.prefill and self.prefill_mode == PREFILL_NATIVE:
             filters.insert(0, EchoStrip(request.prefill))
         for attempt, index in enumerate(order):

@@ -12,25 +12,31 @@ Servers that speak this format disagree in small ways, and each one is tolerated
 - `finish_reason: "stop"` with tool calls (llama.cpp, some vLLM parsers) still yields the
   calls: calls are emitted on any finish reason, and the provider's word is kept as is;
 - usage may come in a final chunk with empty `choices` (OpenAI, OpenRouter), inside the
-  finishing choice chunk (Ollama, older servers), or not at all (vLLM without
-  `stream_options`);
+  finishing choice chunk (Ollama, older servers), inside the choice itself
+  (`choices[0].usage`, Moonshot), under `x_groq.usage` (Groq), after a content-filter
+  finish (Azure), or not at all (vLLM without `stream_options`): all are counted (P7);
 - errors after HTTP 200 arrive as `data: {"error": ...}` (OpenRouter adds an integer
   `code`), as an SSE `event: error`, or as llama.cpp's legacy `error: {"code", "message",
   "type"}` line (read by the SSE parser as an `error` event);
-- `reasoning_content` (vLLM, llama.cpp, DeepSeek) and `reasoning` (OpenRouter, Ollama) are
-  thinking text, not the reply;
+- `reasoning_content` (vLLM, llama.cpp, DeepSeek), `reasoning` (OpenRouter, Ollama),
+  `reasoning_details` (OpenRouter) and Mistral's `thinking` content chunks are thinking
+  text, not the reply (`chat_reasoning.py`); `delta.content` may be a list of typed chunks
+  (Mistral) as well as a string;
 - `[DONE]` may be absent (Ollama): a clean close after a finish reason is a normal end;
-- Azure's `content_filter` finish is a block, like Gemini's SAFETY.
+- every finish reason is sorted by `endings.CHAT_COMPLETIONS` (P6): `content_filter` is a
+  block, `length` a cut reply, an unknown word an error.
 
-Requests follow the config's capabilities: the output limit's field name
-(`max_completion_tokens` for OpenAI's reasoning models), the tools allowed, the prefill mode
-(`prefix: true` for Mistral), and Mistral's message rules (`dialect="mistral"`): tool-call
-ids of exactly nine letters and digits, and an assistant turn between a tool result and a
-following user turn.
+Requests follow the config's capabilities: the host's profile (`servers.py`: its request
+schema, `stream_options`, how reasoning is asked for and sent back), the output limit's
+field name (`max_completion_tokens` for OpenAI's reasoning models), the tools allowed, the
+prefill mode (`prefix: true` for Mistral), and Mistral's message rules
+(`dialect="mistral"`): tool-call ids of exactly nine letters and digits, and an assistant
+turn between a tool result and a following user turn.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -43,11 +49,14 @@ from fsm.engine.provider import (
     PassRequest,
     ProviderError,
     ProviderEvent,
-    ReasoningDelta,
+    ReasoningState,
     TextDelta,
+    ToolCallRequest,
     Usage,
 )
 
+from .capabilities import default_max_tokens_field
+from .chat_reasoning import ChatReasoning, replay_fields
 from .context import (
     ImagePart,
     Message,
@@ -57,9 +66,12 @@ from .context import (
     notices_text,
     turn_text,
 )
+from .endings import CHAT_COMPLETIONS, ending_error
 from .errors import ErrorDetails, error_details, incomplete_stream, stream_error
 from .http import SSEProvider
 from .prefill import PREFILL_INSTRUCTION, PREFILL_PREFIX_FLAG, PrefillMode, prefill_message
+from .reasoning import chat_effort, own_state
+from .servers import ServerProfile
 from .sse import SSEEvent, json_payload
 from .toolcalls import tool_call
 from .usage import nonzero, token_count
@@ -80,13 +92,16 @@ class OpenAIProvider(SSEProvider):
         return {"Authorization": f"Bearer {api_key}"}
 
     def build_body(self, request: PassRequest) -> dict[str, Any]:
+        profile = self.config.server_profile
         mistral = self.config.message_dialect == "mistral"
         body: dict[str, Any] = {
             "model": self.config.model,
-            "messages": chat_messages(request, self.prefill_mode, mistral=mistral),
+            "messages": chat_messages(request, self.prefill_mode, mistral=mistral,
+                                      profile=profile, origin=self.config.reasoning_origin),
             "stream": True,
-            "stream_options": {"include_usage": True},
         }
+        if profile.stream_usage:
+            body["stream_options"] = {"include_usage": True}
         tools = self.allowed_tools(normalize_tools(request.tools))
         if tools:
             body["tools"] = [
@@ -101,17 +116,58 @@ class OpenAIProvider(SSEProvider):
                 for tool in tools
             ]
         if self.config.max_output_tokens is not None:
-            body[self.config.output_limit_field] = self.config.max_output_tokens
-        return body
+            limit = self.config.output_limit_field
+            body[limit if profile.allows(limit) else "max_tokens"] = \
+                self.config.max_output_tokens
+        body.update(self.reasoning_fields(profile))
+        return within_schema(body, profile)
+
+    def reasoning_fields(self, profile: ServerProfile) -> dict[str, Any]:
+        """The reasoning setting in the host's own words (P2); OpenAI's own API takes
+        `reasoning_effort` only for its reasoning models and refuses it for the others."""
+        setting = self.config.reasoning
+        if setting is None:
+            return {}
+        effort = chat_effort(setting)
+        if profile.reasoning_request == "openrouter":
+            if setting.budget_tokens is not None:
+                return {"reasoning": {"max_tokens": setting.budget_tokens}}
+            return {"reasoning": {"effort": effort}}
+        if profile.reasoning_request == "deepseek":
+            switch = {"thinking": {"type": "enabled" if setting.on else "disabled"}}
+            return {**switch, "reasoning_effort": effort} if setting.on and effort else switch
+        if profile.family in ("openai", "azure") and \
+                default_max_tokens_field(self.config.model) != "max_completion_tokens":
+            return {}
+        return {"reasoning_effort": effort} if effort else {}
 
     def new_decoder(self) -> ChatCompletionsDecoder:
-        return ChatCompletionsDecoder()
+        return ChatCompletionsDecoder(self.config.reasoning_origin)
+
+
+def within_schema(body: dict[str, Any], profile: ServerProfile) -> dict[str, Any]:
+    """The body less what a host with a closed schema (Mistral) does not name, in the
+    request and in each message; other hosts get it as it is (P1)."""
+    if profile.request_fields is None:
+        return body
+    out = {key: value for key, value in body.items() if profile.allows(key)}
+    fields = profile.message_fields
+    if fields is not None:
+        out["messages"] = [
+            {key: value for key, value in message.items()
+             if key in fields.get(str(message.get("role")), frozenset())}
+            for message in out.get("messages", [])
+        ]
+    return out
 
 
 def chat_messages(
-    request: PassRequest, prefill_mode: PrefillMode = "native", *, mistral: bool = False
+    request: PassRequest, prefill_mode: PrefillMode = "native", *, mistral: bool = False,
+    profile: ServerProfile | None = None, origin: str = "",
 ) -> list[dict[str, Any]]:
-    """System prompt, context, function history, notices, then the prefill last (S1, T7)."""
+    """System prompt, context, function history, notices, then the prefill last (S1, T7).
+    A tool-call turn carries back the reasoning this model left on it, in the fields the
+    host takes (P5)."""
     call_id = mistral_call_id if mistral else _same
     messages: list[dict[str, Any]] = []
     if request.system_prompt:
@@ -132,6 +188,9 @@ def chat_messages(
         text = turn_text(turn)
         if text:
             assistant["content"] = text
+        if profile is not None and profile.replay:
+            items = own_state((call.entry.reasoning for call in turn), origin)
+            assistant.update(replay_fields(items, profile.replay, text))
         messages.append(assistant)
         messages.extend(
             {"role": "tool", "tool_call_id": call_id(call.call_id), "content": call.result_json}
@@ -200,11 +259,18 @@ class _PendingCall:
 
 
 class ChatCompletionsDecoder:
-    """Decodes one Chat Completions stream (first choice only)."""
+    """Decodes one Chat Completions stream (first choice only).
 
-    def __init__(self) -> None:
+    A finish reason that is not an answer (P6) is held until the stream ends, so the usage
+    chunk that follows it (Azure after a content-filter block, every host with
+    `include_usage`) is still read and counted (P7)."""
+
+    def __init__(self, origin: str = "") -> None:
+        self._origin = origin
         self._calls: list[_PendingCall] = []
         self._finish_reason: str | None = None
+        self._ending: ProviderError | None = None
+        self._reasoning = ChatReasoning()
         self._done = False
 
     @property
@@ -230,10 +296,15 @@ class ChatCompletionsDecoder:
             return [ProviderError(kind="provider_stream_error", type="malformed_event",
                                   message=f"chunk `choices` is {type(choices).__name__}, "
                                           "not a list")]
+        usage: Usage | None = None
         for choice in choices or []:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 out.extend(self._choice(choice))
-        usage = _usage(payload.get("usage"))
+                usage = _usage(choice.get("usage")) or usage
+        x_groq = payload.get("x_groq")
+        for raw in (x_groq.get("usage") if isinstance(x_groq, dict) else None,
+                    payload.get("usage")):
+            usage = _usage(raw) or usage
         if usage is not None:
             out.append(usage)
         return out
@@ -244,19 +315,20 @@ class ChatCompletionsDecoder:
                 "a finish reason"
             return [incomplete_stream(marker)]
         out = self._flush_calls()
-        if self._finish_reason is not None:
-            out.append(Finish(self._finish_reason))
+        out.append(Finish(self._finish_reason))
+        if self._ending is not None:
+            out.append(self._ending)
         return out
 
     def _choice(self, choice: dict[str, Any]) -> list[ProviderEvent]:
         out: list[ProviderEvent] = []
         delta = choice.get("delta")
         if isinstance(delta, dict):
-            reasoning = _first_text(delta.get("reasoning_content"), delta.get("reasoning"))
-            if reasoning:
-                out.append(ReasoningDelta(reasoning))
-            for key in ("content", "refusal"):
-                text = delta.get(key)
+            out.extend(self._reasoning.delta(delta))
+            content = delta.get("content")
+            if isinstance(content, list):
+                out.extend(self._reasoning.content_chunks(content))
+            for text in (content, delta.get("refusal")):
                 if isinstance(text, str) and text:
                     out.append(TextDelta(text))
             calls = delta.get("tool_calls")
@@ -264,19 +336,13 @@ class ChatCompletionsDecoder:
                 for call in calls:
                     if isinstance(call, dict):
                         self._accumulate(call)
+            legacy = delta.get("function_call")
+            if isinstance(legacy, dict):
+                self._accumulate({"index": 0, "function": legacy})
         reason = choice.get("finish_reason")
-        if isinstance(reason, str) and reason:
+        if isinstance(reason, str) and reason and self._finish_reason is None:
             self._finish_reason = reason
-            if reason == "content_filter":
-                out.append(
-                    ProviderError(
-                        kind="blocked",
-                        type="content_filter",
-                        message="the provider's content filter stopped the reply",
-                    )
-                )
-            else:
-                out.extend(self._flush_calls())
+            self._ending = ending_error(CHAT_COMPLETIONS, reason, making_calls=bool(self._calls))
         return out
 
     def _accumulate(self, call: dict[str, Any]) -> None:
@@ -311,15 +377,22 @@ class ChatCompletionsDecoder:
         return pending
 
     def _flush_calls(self) -> list[ProviderEvent]:
-        """Emit the collected calls; on a `length` stop the last one was cut mid-stream."""
+        """Emit the collected calls; on a cut ending the last one was cut mid-stream. The
+        pass's reasoning rides on the first call, which carries it back (P5)."""
         last = len(self._calls) - 1
-        cut = self._finish_reason == "length"
-        calls: list[ProviderEvent] = [
-            tool_call(p.name, "".join(p.fragments), p.id, cut=cut and i == last)
-            for i, p in enumerate(self._calls)
-        ]
+        cut = self._finish_reason is not None and \
+            CHAT_COMPLETIONS.ending(self._finish_reason) in ("truncated", "context")
+        calls: list[ProviderEvent] = []
+        state = self._reasoning.state(self._origin) if self._calls else None
+        for i, p in enumerate(self._calls):
+            call = tool_call(p.name, "".join(p.fragments), p.id, cut=cut and i == last)
+            calls.append(_with_reasoning(call, state) if i == 0 else call)
         self._calls = []
         return calls
+
+
+def _with_reasoning(call: ToolCallRequest, state: ReasoningState | None) -> ToolCallRequest:
+    return call if state is None else dataclasses.replace(call, reasoning=state)
 
 
 def _starts_new_call(current: _PendingCall, name: str | None, call_id: str | None) -> bool:
@@ -354,13 +427,6 @@ def _usage(raw: Any) -> Usage | None:
         thoughts_tokens=nonzero(reasoning),
     )
     return usage if usage.as_dict() else None
-
-
-def _first_text(*values: Any) -> str:
-    for value in values:
-        if isinstance(value, str) and value:
-            return value
-    return ""
 
 
 def _json(value: dict[str, Any]) -> str:

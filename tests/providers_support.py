@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import trustme
+from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from fsm.engine.locks import ChannelLock, ChannelLockRegistry
 from fsm.engine.provider import AbortSignal, PassRequest, ProviderEvent
 from providers.config import ProviderConfig
 from providers.factory import build_provider
-from providers.replay_server import ReplayServer
+from providers.replay_server import RecordedRequest, ReplayServer
 from providers.result import StreamSummary
 from providers.stream_file import replay_request
 
@@ -66,6 +71,18 @@ def assert_matches_expected(result: Mapping[str, Any], expected: Mapping[str, An
                 assert got[field] == value, (field, got, want)
         else:
             assert got == want, (key, got, want)
+
+
+OK_STREAMS: dict[str, bytes] = {
+    "openai": sse({"choices": [{"index": 0, "delta": {"content": "ok"},
+                                "finish_reason": "stop"}]}, "[DONE]"),
+    "anthropic": anthropic_sse(
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}},
+        {"type": "message_stop"}),
+    "gemini": sse({"candidates": [{"content": {"parts": [{"text": "ok"}]},
+                                   "finishReason": "STOP"}]}),
+}
+"""A short complete answer in each wire format, for tests about the request."""
 
 
 def config_for(target: ReplayServer | str, kind: str, **overrides: Any) -> ProviderConfig:
@@ -122,3 +139,69 @@ def channel_lock(owner: str = "http") -> tuple[ChannelLockRegistry, ChannelLock]
     lock = locks.try_acquire("c", owner)
     assert lock is not None
     return locks, lock
+
+
+class LoopbackResolver(AbstractResolver):
+    """Resolves the named hosts to one loopback port and refuses every other name, before
+    any connection is tried: a test can use real API URLs and still never leave 127.0.0.1."""
+
+    def __init__(self, hosts: set[str], port: int) -> None:
+        self._hosts = hosts
+        self._port = port
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        if host not in self._hosts:
+            raise OSError(f"{host} is not one of the hosts served on loopback")
+        return [{"hostname": host, "host": "127.0.0.1", "port": self._port,
+                 "family": socket.AF_INET, "proto": 0, "flags": socket.AI_NUMERICHOST}]
+
+    async def close(self) -> None:
+        return None
+
+
+class RealHosts:
+    """Real API hosts (`api.mistral.ai`, ...) served over TLS on loopback: a throwaway CA
+    (trustme) signs a certificate for the names, the client trusts only that CA and resolves
+    only those names, to one loopback port. A provider configured with the host's real
+    `base_url` builds its request exactly as it would for that host, and the request is
+    recorded as it arrives. Each POST is answered with the next script (the last repeats)."""
+
+    def __init__(self, hosts: set[str], *scripts: bytes) -> None:
+        self.hosts = hosts
+        self._scripts = list(scripts)
+        self.requests: list[RecordedRequest] = []
+        self._runner: web.AppRunner | None = None
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> RealHosts:
+        ca = trustme.CA()
+        server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert(*sorted(self.hosts)).configure_cert(server_ssl)
+        client_ssl = ssl.create_default_context()
+        ca.configure_trust(client_ssl)
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=server_ssl).start()
+        port = int(self._runner.addresses[0][1])
+        connector = aiohttp.TCPConnector(resolver=LoopbackResolver(self.hosts, port),
+                                         ssl=client_ssl)
+        self.session = aiohttp.ClientSession(connector=connector)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.session is not None:
+            await self.session.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        self.requests.append(RecordedRequest(request.method, request.path, dict(request.query),
+                                             dict(request.headers), await request.read()))
+        script = self._scripts.pop(0) if len(self._scripts) > 1 else self._scripts[0]
+        return web.Response(body=script, content_type="text/event-stream")
+
+    def bodies(self) -> list[dict[str, Any]]:
+        return [recorded.json() for recorded in self.requests]

@@ -15,21 +15,9 @@ from providers.context import TextPart, normalize_items, normalize_tools
 from providers.factory import build_provider
 from providers.replay_server import RecordedRequest, ReplayServer
 
-from providers_support import TEST_KEY, anthropic_sse, config_for, sse
+from providers_support import OK_STREAMS, TEST_KEY, config_for, sse
 
 PNG = "iVBORw0KGgo="
-OK_STREAMS = {
-    "openai": sse(
-        {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}, "[DONE]"
-    ),
-    "anthropic": anthropic_sse(
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}},
-        {"type": "message_stop"},
-    ),
-    "gemini": sse(
-        {"candidates": [{"content": {"parts": [{"text": "ok"}]}, "finishReason": "STOP"}]}
-    ),
-}
 TOOLS = [
     {
         "name": "get_weather",
@@ -219,8 +207,8 @@ async def test_gemini_request_shape() -> None:
 
 @pytest.mark.asyncio
 async def test_gemini_thought_signature_is_echoed_with_its_call() -> None:
-    """covers T7: a thinking model's thoughtSignature comes back with its call in the next
-    pass's function history, matched by the minted call id."""
+    """covers T7, P5: a thinking model's thoughtSignature rides on its call into the history
+    entry (as the engine records it) and comes back with that call in the next pass."""
     script = sse(
         {
             "candidates": [
@@ -245,7 +233,8 @@ async def test_gemini_thought_signature_is_echoed_with_its_call() -> None:
         follow_up = PassRequest(
             context_items=[{"role": "user", "content": "time?"}],
             function_history=[
-                HistoryEntry("now", {}, {"success": True, "data": "12:00"}, call_id=call.id)
+                HistoryEntry("now", {}, {"success": True, "data": "12:00"}, call_id=call.id,
+                             reasoning=call.reasoning)
             ],
         )
         [e async for e in provider.stream(follow_up, AbortSignal())]

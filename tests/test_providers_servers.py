@@ -20,7 +20,7 @@ from providers_support import FIXTURES, assert_matches_expected, collect, run, s
 
 SERVERS = FIXTURES / "servers"
 CASES: dict[str, dict[str, Any]] = json.loads((SERVERS / "cases.json").read_text())
-META_KEYS = {"format", "server", "notes"}
+META_KEYS = {"format", "server", "source", "notes"}
 
 
 def recording(name: str) -> bytes:

@@ -32,7 +32,7 @@ from fsm.engine.provider import (
 from fsm.scenarios.format import Scenario, ScenarioError, load_scenario, parse_scenario
 from fsm.scenarios.runner import play, read_journal, run_virtual, split_journal
 from providers.anthropic import MessagesDecoder
-from providers.gemini import GenerateContentDecoder, ProviderIds, ThoughtSignatures
+from providers.gemini import GenerateContentDecoder, ProviderIds
 from providers.openai import ChatCompletionsDecoder
 from providers.sse import SSEComment, SSEEvent, SSEParser, json_payload
 
@@ -321,7 +321,7 @@ def _decoder(kind: str) -> Any:
         return ChatCompletionsDecoder()
     if kind == "anthropic":
         return MessagesDecoder()
-    return GenerateContentDecoder(ThoughtSignatures(), ProviderIds())
+    return GenerateContentDecoder(ProviderIds())
 
 
 @st.composite
