@@ -4,9 +4,11 @@
 `llama` extra, gguf and numpy, which generate the models) every test is skipped with the
 reason. Models come from `tests/llama/make_gguf.py` into a temporary directory: a chain
 model that writes " The quick brown fox jumps over the lazy dog." then stops (`eos`), loops
-(`loop`), or emits a `get_weather` tool call (`tool`). Each server runs on a free loopback
-port; its log is read line by line by a thread, so a test can wait for what the server says
-(ready, a task cancelled) without sleeping.
+(`loop`), emits a `get_weather` tool call (`tool`), or writes a leading think block before
+the sentence (`think`) or before the call (`think-tool`). Flags the binary may lack (such
+as `--reasoning-format`) are checked against its `--help` (`supports`). Each server runs on a
+free loopback port; its log is read line by line by a thread, so a test can wait for what the
+server says (ready, a task cancelled) without sleeping.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import pytest
 SERVER_ENV = "TURN_LLAMA_SERVER"
 MAKE_GGUF = Path(__file__).resolve().parent / "llama" / "make_gguf.py"
 SENTENCE = " The quick brown fox jumps over the lazy dog."
+THOUGHT = " Checking weather first."
+"""What the `think` models write between `<think>` and `</think>`."""
 START_TIMEOUT_S = 120.0
 """How long a server may take to load a model before the test fails (a bound, not a wait)."""
 
@@ -46,8 +50,16 @@ def server_binary() -> Path:
     return path
 
 
+def supports(binary: Path, flag: str) -> bool:
+    """Whether this llama-server build documents `flag` in its `--help`."""
+    shown = subprocess.run([str(binary), "--help"], capture_output=True, text=True,
+                           errors="replace", timeout=60, check=False)
+    return flag in shown.stdout + shown.stderr
+
+
 def make_model(directory: Path, end: str) -> Path:
-    """A chain model that ends with `end` (eos, loop, tool), generated in seconds."""
+    """A chain model that ends with `end` (eos, loop, tool, think, think-tool), generated in
+    seconds."""
     out = directory / f"chain-{end}.gguf"
     if not out.exists():
         subprocess.run([sys.executable, str(MAKE_GGUF), str(out), "--kind", "chain",

@@ -23,7 +23,7 @@ from fsm.engine.config import TurnConfig
 from fsm.engine.generation import Attempt, run_generation_turn
 from fsm.engine.locks import ChannelLock, ChannelLockRegistry
 from fsm.engine.prefill import TurnRequest
-from fsm.engine.provider import AbortSignal, PassRequest
+from fsm.engine.provider import AbortSignal, HistoryEntry, PassRequest, ToolCallRequest
 from fsm.engine.turn import Turn
 from fsm.scenarios.scripted import InMemoryChannel
 from providers.factory import build_provider
@@ -31,7 +31,15 @@ from providers.http import SSEProvider
 from providers.replay_server import ReplayServer
 from providers.result import StreamSummary
 
-from llama_support import SENTENCE, LlamaServer, make_model, running, server_binary
+from llama_support import (
+    SENTENCE,
+    THOUGHT,
+    LlamaServer,
+    make_model,
+    running,
+    server_binary,
+    supports,
+)
 from providers_support import config_for, sse
 
 pytestmark = pytest.mark.asyncio
@@ -51,7 +59,8 @@ def binary() -> Path:
 @pytest.fixture(scope="module")
 def models(binary: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     directory = tmp_path_factory.mktemp("llama-models")
-    return {end: make_model(directory, end) for end in ("eos", "loop", "tool")}
+    return {end: make_model(directory, end)
+            for end in ("eos", "loop", "tool", "think", "think-tool")}
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +81,29 @@ def tool_server(binary: Path, models: dict[str, Path]) -> Iterator[LlamaServer]:
 @pytest.fixture(scope="module")
 def small_context_server(binary: Path, models: dict[str, Path]) -> Iterator[LlamaServer]:
     yield from running(binary, models["eos"], ctx=256)
+
+
+def reasoning_server(binary: Path, model: Path, reasoning_format: str) -> Iterator[LlamaServer]:
+    if not supports(binary, "--reasoning-format"):
+        pytest.skip("this llama-server build has no --reasoning-format")
+    yield from running(binary, model, extra=("--reasoning-format", reasoning_format))
+
+
+@pytest.fixture(scope="module")
+def parsed_think_server(binary: Path, models: dict[str, Path]) -> Iterator[LlamaServer]:
+    """Reasoning split out by the server (`reasoning_content`)."""
+    yield from reasoning_server(binary, models["think"], "deepseek")
+
+
+@pytest.fixture(scope="module")
+def raw_think_server(binary: Path, models: dict[str, Path]) -> Iterator[LlamaServer]:
+    """Reasoning left in the content as a `<think>` block."""
+    yield from reasoning_server(binary, models["think"], "none")
+
+
+@pytest.fixture(scope="module")
+def think_tool_server(binary: Path, models: dict[str, Path]) -> Iterator[LlamaServer]:
+    yield from reasoning_server(binary, models["think-tool"], "deepseek")
 
 
 @pytest.fixture
@@ -149,10 +181,12 @@ async def test_plain_reply_through_the_engine(eos_server: LlamaServer) -> None:
 
 
 async def test_max_tokens(loop_server: LlamaServer) -> None:
-    """covers T4: the output limit stops the loop model after five tokens, finish `length`."""
+    """covers T4, P6: the output limit stops the loop model after five tokens, finish
+    `length`: a cut reply, not a complete one."""
     summary = await summarize(loop_server, ask(), max_output_tokens=5)
     assert "".join(summary.text) == " The quick brown fox jumps"
     assert summary.finish_reason == "length"
+    assert summary.error is not None and summary.error.type == "truncated"  # P6: not an answer
 
 
 async def test_stop_sequence(eos_server: LlamaServer) -> None:
@@ -170,6 +204,61 @@ async def test_tool_call_through_jinja(tool_server: LlamaServer) -> None:
     assert (call.name, call.arguments, call.truncated) == ("get_weather", {"city": "Paris"},
                                                             False)
     assert call.id
+
+
+# --- reasoning (--reasoning-format) ------------------------------------------------------------
+
+
+async def test_reasoning_split_out_by_the_server(parsed_think_server: LlamaServer) -> None:
+    """covers P4: `--reasoning-format deepseek` streams the think block as reasoning_content:
+    reasoning, and only the sentence is text."""
+    summary = await summarize(parsed_think_server, ask())
+    assert summary.error is None, summary.error
+    assert ("".join(summary.reasoning), "".join(summary.text)) == (THOUGHT, SENTENCE)
+
+
+async def test_reasoning_left_in_the_content_is_moved_out(raw_think_server: LlamaServer) -> None:
+    """covers P4: `--reasoning-format none` leaves `<think>…</think>` in the content, token by
+    token; the think filter moves it to reasoning, so the engine delivers only the answer."""
+    summary = await summarize(raw_think_server, ask())
+    assert ("".join(summary.reasoning), "".join(summary.text)) == (THOUGHT, SENTENCE.lstrip())
+    channel = InMemoryChannel()
+    async with aiohttp.ClientSession() as session:
+        turn, _ = streaming_turn(raw_think_server, session, channel)
+        result = await asyncio.wait_for(turn.run(), BOUND_S)
+    assert result.status == "completed" and channel.text == SENTENCE.lstrip()
+    assert "think" not in channel.text and result.passes[0].reasoning == THOUGHT
+
+
+async def test_reasoning_content_goes_back_with_its_tool_call(
+    think_tool_server: LlamaServer,
+) -> None:
+    """covers P5: the pass's reasoning_content rides on its call into the history and goes
+    back on the tool-call turn; the server accepts it and its chat template renders it as
+    the turn's think block (llama.cpp's /apply-template shows the prompt it built). One
+    connection per request: three requests in a row on one pooled connection can meet the
+    server closing it."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+        provider: SSEProvider = build_provider(
+            config_for(think_tool_server.url, "openai", model="chain"), session)
+        request = ask("weather in Paris?", tools=[WEATHER_TOOL])
+        events = [e async for e in provider.stream(request, AbortSignal())]
+        [call] = [e for e in events if isinstance(e, ToolCallRequest)]
+        assert call.reasoning is not None
+        entry = HistoryEntry(call.name, call.arguments, {"success": True, "data": "sunny"},
+                             call_id=call.id, reasoning=call.reasoning)
+        follow = PassRequest(context_items=request.context_items, function_history=[entry],
+                             tools=[WEATHER_TOOL])
+        body = provider.request_body(follow)
+        root = think_tool_server.url.removesuffix("/v1")
+        async with session.post(f"{root}/apply-template", json=body) as response:
+            prompt = (await response.json())["prompt"]
+        second = StreamSummary()
+        async for event in provider.stream(follow, AbortSignal()):
+            second.add(event)
+    assert body["messages"][1]["reasoning_content"] == THOUGHT
+    assert f"<think>{THOUGHT}</think>" in prompt and "<tool_response>" in prompt
+    assert second.error is None and second.tool_calls  # accepted (this model calls again)
 
 
 # --- failures ----------------------------------------------------------------------------------

@@ -5,7 +5,10 @@ Two kinds:
   --kind chain  : every block weight random but tiny (std --noise), embeddings one-hot and the
                   output matrix set so that the next token depends only on the current one:
                   after any prompt token it writes "The quick brown fox jumps over the lazy dog."
-                  and then either loops forever (--end loop) or emits </s> (--end eos).
+                  and then either loops forever (--end loop) or emits </s> (--end eos);
+                  --end tool writes a Hermes-style <tool_call>, --end think a leading
+                  "<think> Checking weather first.</think>" before the sentence, --end
+                  think-tool that think block before the tool call.
                   Readable, deterministic text makes stop sequences and max_tokens checkable.
 Speed is set with --layers / --hidden / --ff (compute per token grows with layers*hidden*ff).
 """
@@ -57,6 +60,17 @@ CHATML_TOOLS = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
+CHATML_THINKING = CHATML_TOOLS.replace(
+    "{{- '<|im_start|>assistant' }}"
+    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}",
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if message.reasoning_content %}"
+    "{{- '<think>' + message.reasoning_content + '</think>' }}{%- endif %}"
+    "{%- if message.content %}{{- message.content }}{%- endif %}",
+)
+"""The same template, rendering an assistant message's `reasoning_content` in a leading think
+block (as Qwen3's and DeepSeek-R1's templates do), so llama.cpp knows the model reasons."""
+THINK_SEQ = ["<think>", "\u2581Checking", "\u2581weather", "\u2581first.", "</think>"]
 TOOL_SEQ = ["<tool_call>\n", '{"name":"get_weather",', '"arguments":{"city":"Paris"}}', "\n</tool_call>"]
 SENTENCE = ["\u2581The", "\u2581quick", "\u2581brown", "\u2581fox", "\u2581jumps", "\u2581over",
             "\u2581the", "\u2581lazy", "\u2581dog", "."]
@@ -72,7 +86,7 @@ def vocab() -> tuple[list[str], list[float], list[int]]:
         tokens.append(piece)
         types.append(gguf.TokenType.CONTROL)
     chars = [c for c in string.printable if c not in " \t\n\r\x0b\x0c"] + ["\u2581"]
-    words = [w for w in SENTENCE if w not in chars] + TOOL_SEQ
+    words = [w for w in SENTENCE if w not in chars] + TOOL_SEQ + THINK_SEQ
     for piece in chars + words:
         tokens.append(piece)
         types.append(gguf.TokenType.NORMAL)
@@ -87,7 +101,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--kind", choices=["random", "chain"], default="chain")
-    ap.add_argument("--end", choices=["loop", "eos", "tool"], default="loop")
+    ap.add_argument("--end", choices=["loop", "eos", "tool", "think", "think-tool"],
+                    default="loop")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--ff", type=int, default=1024)
@@ -125,7 +140,7 @@ def main() -> None:
     w.add_eos_token_id(2)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
-    w.add_chat_template(CHATML_TOOLS)
+    w.add_chat_template(CHATML_THINKING if a.end.startswith("think") else CHATML_TOOLS)
 
     def rand(*shape: int, std: float) -> np.ndarray:
         return (rng.standard_normal(shape, dtype=np.float32) * std).astype(np.float16)
@@ -142,14 +157,19 @@ def main() -> None:
         emb[np.arange(n_vocab), np.arange(n_vocab)] = 1.0
         index = {t: i for i, t in enumerate(tokens)}
         seq = [index[t] for t in SENTENCE]
-        nxt = np.full(n_vocab, seq[0])
+        tseq = [index[t] for t in TOOL_SEQ]
+        kseq = [index[t] for t in THINK_SEQ]
+        answer = tseq if a.end in ("tool", "think-tool") else seq
+        start = kseq[0] if a.end in ("think", "think-tool") else answer[0]
+        nxt = np.full(n_vocab, start)  # after any prompt token
         for i, t in enumerate(seq[:-1]):
             nxt[t] = seq[i + 1]
         nxt[seq[-1]] = seq[0] if a.end == "loop" else 2
-        if a.end == "tool":
-            tseq = [index[t] for t in TOOL_SEQ]
-            nxt[:] = tseq[0]
+        if answer is tseq:
             for x, y in zip(tseq, tseq[1:] + [2]):
+                nxt[x] = y
+        if start == kseq[0]:
+            for x, y in zip(kseq, kseq[1:] + [answer[0]]):
                 nxt[x] = y
         out = np.zeros((n_vocab, d), dtype=np.float32)
         for cur in range(n_vocab):
