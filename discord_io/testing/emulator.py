@@ -564,6 +564,7 @@ class DiscordEmulator:
         r.add_get(p + "/users/@me", self._get_me)
         r.add_get(p + "/users/{user_id}", self._get_user)
         r.add_get(p + "/oauth2/applications/@me", self._get_application)
+        r.add_get(p + "/guilds/{guild_id}/members/{user_id}", self._get_member)
         r.add_get(p + "/channels/{channel_id}", self._get_channel)
         r.add_get(p + "/channels/{channel_id}/messages", self._get_messages)
         r.add_post(p + "/channels/{channel_id}/messages", self._post_message)
@@ -843,6 +844,21 @@ class DiscordEmulator:
         if user is None:
             return _error(404, 10013, "Unknown User")
         return _json_response(user)
+
+    async def _get_member(self, request: web.Request) -> web.Response:
+        """GET /guilds/{guild.id}/members/{user.id} (Resources > Guild > Get Guild Member):
+        the member with their roles (`member_roles`); 10004 for a guild the bot is not in,
+        10007 for a user who is not a member."""
+        guild = self.guilds.get(int(request.match_info["guild_id"]))
+        if guild is None:
+            return _error(404, 10004, "Unknown Guild")
+        user_id = int(request.match_info["user_id"])
+        if user_id not in guild["members"]:
+            return _error(404, 10007, "Unknown Member")
+        return _json_response({
+            **self.member_payload(user_id), "user": self.users[user_id], "nick": None,
+            "avatar": None, "banner": None, "communication_disabled_until": None,
+            "pending": False, "premium_since": None})
 
     async def _get_application(self, request: web.Request) -> web.Response:
         return _json_response(

@@ -103,6 +103,7 @@ _NEEDS = {  # event: (intent in a guild, intent in a DM); 0 = always delivered
     "INTERACTION_CREATE": (0, 0),
     "GUILD_ROLE_CREATE": (GUILDS, GUILDS),
     "CHANNEL_CREATE": (GUILDS, GUILDS),
+    "GUILD_MEMBER_UPDATE": (GUILD_MEMBERS, GUILD_MEMBERS),
 }
 
 
@@ -316,6 +317,19 @@ class Gateway:
         members' `roles` name."""
         data: JsonDict = {"guild_id": str(self._emu.guild_id), "role": self._emu.roles[role_id]}
         await self.dispatch("GUILD_ROLE_CREATE", data, guild_id=self._emu.guild_id)
+
+    async def member_update(self, user_id: int, guild_id: int | None = None) -> None:
+        """A member's roles changed (`member_roles`): GUILD_MEMBER_UPDATE to the guild's
+        shard, which only sessions with the privileged GUILD_MEMBERS intent receive
+        (Gateway Events > Guild Member Update; Gateway Intents)."""
+        guild = guild_id if guild_id is not None else self._emu.guild_id
+        member = self._member(user_id, with_user=True)
+        data: JsonDict = {"guild_id": str(guild), "roles": member["roles"],
+                          "user": member["user"], "nick": None, "avatar": None,
+                          "joined_at": member["joined_at"], "premium_since": None,
+                          "deaf": False, "mute": False, "pending": False,
+                          "communication_disabled_until": None, "flags": 0}
+        await self.dispatch("GUILD_MEMBER_UPDATE", data, guild_id=guild)
 
     async def channel_create(self, channel_id: int) -> None:
         """An administrator creates a guild channel (`add_text_channel`) while the bot is
