@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fsm.engine.provider import HistoryEntry, PassRequest
-from fsm.engine.user_text import neutralize, one_line, quoted_lines, quoted_name
+from fsm.engine.user_text import dialogue_text
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +170,8 @@ def _item_parts(item: dict[str, Any], role: Role, where: str) -> list[Part]:
     if isinstance(annotated, str):
         return [TextPart(annotated)]
     if item.get("type") == "dialogue" and role == "user":
-        return [TextPart(_dialogue_line(item))]
+        return [TextPart(dialogue_text(item.get("author"), str(item.get("content") or ""),
+                                       item.get("reactions") or ()))]
     raw = item["parts"] if "parts" in item else item.get("content")
     if raw is None:
         return []
@@ -185,26 +186,6 @@ def _item_parts(item: dict[str, Any], role: Role, where: str) -> list[Part]:
         except ValueError as exc:
             logger.warning("%s.parts[%d] skipped: %s", where, index, exc)
     return parts
-
-
-def _dialogue_line(item: dict[str, Any]) -> str:
-    """`"author": content`; content of several lines goes below, quoted line by line, so no
-    line of it can pass for another speaker's (or the engine's) line."""
-    author = quoted_name(item.get("author") or "unknown")
-    content = str(item.get("content") or "")
-    lines = neutralize(content).splitlines()
-    if len(lines) <= 1:
-        line = f"{author}: {lines[0] if lines else ''}"
-    else:
-        line = f"{author}:\n{quoted_lines(content)}"
-    counts = [
-        f"{one_line(reaction['emoji'])}x{reaction.get('count', 0)}"
-        for reaction in item.get("reactions") or []
-        if isinstance(reaction, dict) and isinstance(reaction.get("emoji"), str)
-    ]
-    if counts:
-        line += f"\n(reactions: {', '.join(counts)})"
-    return line
 
 
 def _part(raw: Any) -> Part:

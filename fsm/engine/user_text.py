@@ -22,7 +22,9 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Iterable
 from functools import cache, lru_cache
+from typing import Any
 
 NEUTRAL_OPENER = "\u27e6"
 """What a directive look-alike's opening bracket becomes (MATHEMATICAL WHITE SQUARE BRACKET)."""
@@ -132,3 +134,24 @@ def quoted_lines(content: str) -> str:
     """Content as a quoted block: every line, whatever broke it, starts with `> `."""
     lines = neutralize(content).splitlines() or [""]
     return "\n".join(QUOTE + line for line in lines)
+
+
+def dialogue_text(author: object, content: str, reactions: Iterable[Any] = ()) -> str:
+    """A chat message as the model reads it: `"author": content`, content of several lines
+    below it, quoted line by line, so no line of it can pass for another speaker's (or the
+    engine's) line; then its reaction counts. The one rendering of a user's dialogue line:
+    the request uses it, and the history budget measures it."""
+    name = quoted_name(author or "unknown")
+    lines = neutralize(content).splitlines()
+    if len(lines) <= 1:
+        line = f"{name}: {lines[0] if lines else ''}"
+    else:
+        line = f"{name}:\n" + "\n".join(QUOTE + text for text in lines)
+    counts = [
+        f"{one_line(reaction['emoji'])}x{reaction.get('count', 0)}"
+        for reaction in reactions
+        if isinstance(reaction, dict) and isinstance(reaction.get("emoji"), str)
+    ]
+    if counts:
+        line += f"\n(reactions: {', '.join(counts)})"
+    return line
