@@ -15,6 +15,8 @@ from typing import Literal
 
 import discord
 
+from .member_roles import role_ids_of
+
 Reason = Literal[
     "self", "bot", "dm", "mention", "reply", "trigger_word", "not_addressed", "dms_off",
     "user_not_allowed", "channel_not_allowed",
@@ -123,6 +125,15 @@ def _addressed(facts: MessageFacts, policy: AdmissionPolicy) -> Admission:
     return Admission(False, "not_addressed")
 
 
+def addresses_bot(message: discord.Message, bot_user_id: int, policy: AdmissionPolicy) -> bool:
+    """Whether `message` asks the bot for a turn (mention, reply, DM, trigger word), whether
+    or not the access lists then grant it one."""
+    facts = facts_of(message, bot_user_id)
+    if facts.author_id == bot_user_id or facts.author_is_bot:
+        return False
+    return _addressed(facts, policy).reply
+
+
 def facts_of(
     message: discord.Message, bot_user_id: int, bot_message_ids: Container[int] = ()
 ) -> MessageFacts:
@@ -147,7 +158,7 @@ def facts_of(
         or bot_user_id in message.raw_mentions,
         replies_to_bot=replies_to_bot,
         content=message.content,
-        role_ids=frozenset(role.id for role in getattr(message.author, "roles", ())),
+        role_ids=role_ids_of(message.author) or frozenset(),
         channel_ids=channel_ids_of(message.channel),
     )
 

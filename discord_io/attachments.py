@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import discord
+
+from fsm.engine.user_text import quoted_name
 
 from .media_fetch import FetchError, FetchLimits, MediaFetcher
 from .media_frames import MediaError, image_mime
@@ -51,6 +53,32 @@ def is_text(attachment: discord.Attachment) -> bool:
     return kind.startswith(TEXT_TYPES) or attachment.filename.lower().endswith(TEXT_SUFFIXES)
 
 
+@dataclass(frozen=True, slots=True)
+class ShownImage:
+    """An image part and the message it came from."""
+
+    message: discord.Message
+    filename: str
+    part: dict[str, Any]
+
+
+def image_caption(images: Iterable[ShownImage]) -> str:
+    """What the images are and whose: file and display names are the uploaders' choice, so
+    each is a quoted one-line string (`quoted_name`), like the dialogue's names."""
+    names = ", ".join(f"{quoted_name(image.filename)} from "
+                      f"{quoted_name(image.message.author.display_name)}" for image in images)
+    return f"<images attached: {names}>"
+
+
+def image_item(images: Sequence[ShownImage]) -> ContextItem | None:
+    """One user item carrying `images` and their caption, or None when there is none."""
+    if not images:
+        return None
+    parts = [image.part for image in images]
+    parts.append({"type": "text", "text": image_caption(images)})
+    return {"role": "user", "type": "attachments", "parts": parts}
+
+
 class AttachmentReader:
     """Turns the attachments of a turn's messages into context the model can use."""
 
@@ -73,27 +101,22 @@ class AttachmentReader:
         text = fetched.data.decode("utf-8", errors="replace")
         return text if len(text) <= limit else text[: limit - 1] + "…"
 
-    async def image_item(self, messages: Iterable[discord.Message]) -> ContextItem | None:
-        """One user item carrying the images of `messages` (newest first, at most
-        `max_images`), or None when vision is off or there is none to show."""
+    async def images(self, messages: Iterable[discord.Message]) -> list[ShownImage]:
+        """The images of `messages` the model may see, in order, at most `max_images`;
+        none when vision is off."""
         if not self.policy.vision or self.policy.max_images <= 0:
-            return None
-        parts: list[dict[str, Any]] = []
-        names: list[str] = []
+            return []
+        found: list[ShownImage] = []
         for message in messages:
             for attachment in message.attachments:
-                if len(names) >= self.policy.max_images:
-                    break
+                if len(found) >= self.policy.max_images:
+                    return found
                 if not is_image(attachment):
                     continue
                 image = await self._image(attachment)
                 if image is not None:
-                    parts.append(image)
-                    names.append(f"{attachment.filename} from {message.author.display_name}")
-        if not parts:
-            return None
-        parts.append({"type": "text", "text": f"<images attached: {', '.join(names)}>"})
-        return {"role": "user", "type": "attachments", "parts": parts}
+                    found.append(ShownImage(message, attachment.filename, image))
+        return found
 
     async def _image(self, attachment: discord.Attachment) -> dict[str, Any] | None:
         limits = FetchLimits(max_bytes=self.policy.max_image_bytes,

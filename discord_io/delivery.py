@@ -27,6 +27,7 @@ from fsm.engine.channel import (
     TurnChannel,
 )
 
+from .exclusion import Readable
 from .rate_limits import guard_rate_limits
 from .splitting import MESSAGE_LIMIT, Chunk, StreamSplitter
 from .typing_indicator import TypingIndicator
@@ -121,8 +122,11 @@ class DiscordChannel(TurnChannel):
         typing_resume_s: float | None = DEFAULT_TYPING_RESUME_S,
         close_grace_s: float = DEFAULT_CLOSE_GRACE_S,
         max_messages: int | None = None,
+        readable: Readable | None = None,
     ) -> None:
         self.channel_id = channel_id
+        self.readable = readable
+        """Which reactors the model may read (the access lists); None: everyone."""
         self.max_messages = max_messages
         """The reply's bound in messages (D5): text past it is dropped and the next
         `deliver` or `finish_pass` raises `DeliveryCapReached`."""
@@ -224,6 +228,9 @@ class DiscordChannel(TurnChannel):
         except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
             log.warning("reactor look-up failed in channel %s: %s", self.channel_id, _describe(exc))
             return []
+        if self.readable is not None:
+            shown = await self.readable([int(user["id"]) for user in users])
+            users = [user for user in users if int(user["id"]) in shown]
         return [user.get("global_name") or user["username"] for user in users]
 
     async def post_thoughts(self, channel_id: str, owner: str, text: str) -> None:

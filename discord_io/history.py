@@ -1,18 +1,18 @@
 """Channel messages as the engine's dialogue context items, chosen by a history policy.
 
 The policy (`HistoryPolicy`) reads either the channel's last messages or the reply chain of
-the message being answered (as llmcord does), and keeps what fits a character budget, oldest
-dropped first, the answered message always kept. Messages that wait in the channel's queue
-for a turn of their own are never shown (D4: a turn answers its own message, not the ones
-behind it). The bot's own messages are assistant turns. Each message is also capped, so a
-busy channel cannot blow up the request. Reactions appear as counts only; who reacted is
-looked up later, and only when the model asks for message metadata (R6).
+the message being answered (as llmcord does); a `Visible` filter drops what the turn may not
+show (messages waiting in the queue for a turn of their own, D4; messages the access lists
+deny, A1), the answered message always kept. The bot's own messages are assistant turns.
+Reactions appear as counts only; who reacted is looked up later, and only when the model
+asks for message metadata (R6). The size budgets are applied to the rendered items, after
+uploads are inlined (`context_budget`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -102,28 +102,37 @@ class HistoryPolicy:
     max_message_chars: int = DEFAULT_MAX_CHARS
 
 
-Excluded = Callable[[discord.Message], bool]
+Visible = Callable[[list[discord.Message]], Awaitable[list[discord.Message]]]
+"""Of some messages, those the turn may show (queued ones and those the access lists deny
+are not), in their order."""
 
 
 async def select_history(trigger: discord.Message, policy: HistoryPolicy, *,
-                         excluded: Excluded, waiting: int = 0) -> list[discord.Message]:
+                         visible: Visible, waiting: int = 0) -> list[discord.Message]:
     """The messages the turn answering `trigger` may see, oldest first, `trigger` last or
-    among the last. `excluded` tells messages that wait for (or were refused) a turn of their
-    own; `waiting` is how many there may be, so the read still finds `max_messages` others."""
+    among the last (it is always kept). `visible` drops messages that wait for (or were
+    refused) a turn of their own and those the model may not read; `waiting` is how many
+    there may be, so the read still finds `max_messages` others."""
     if policy.mode == "reply_chain":
         chain = await reply_chain(trigger, limit=policy.max_messages)
-        return [m for m in chain if m.id == trigger.id or not excluded(m)]
+        return await _visible_with(trigger, chain, visible)
     read = await recent_messages(trigger.channel, limit=policy.max_messages + waiting + 1)
     if all(m.id != trigger.id for m in read):
         # The channel moved on past the read window: read up to the trigger instead.
         read = [*await recent_messages(trigger.channel, limit=policy.max_messages,
                                        before=trigger), trigger]
-    kept = [m for m in read if m.id == trigger.id or not excluded(m)]
+    kept = await _visible_with(trigger, read, visible)
     kept.sort(key=lambda m: (m.created_at, m.id))
     newest = kept[-policy.max_messages:]
     if all(m.id != trigger.id for m in newest):
         newest = [*newest[1:], trigger]
     return newest
+
+
+async def _visible_with(trigger: discord.Message, messages: list[discord.Message],
+                        visible: Visible) -> list[discord.Message]:
+    shown = {m.id for m in await visible([m for m in messages if m.id != trigger.id])}
+    return [m for m in messages if m.id == trigger.id or m.id in shown]
 
 
 async def reply_chain(trigger: discord.Message, *, limit: int) -> list[discord.Message]:
@@ -132,7 +141,7 @@ async def reply_chain(trigger: discord.Message, *, limit: int) -> list[discord.M
     chain = [trigger]
     current = trigger
     while len(chain) < limit and current.reference is not None:
-        parent = await _referenced(current)
+        parent = await referenced(current)
         if parent is None or any(m.id == parent.id for m in chain):
             break
         chain.append(parent)
@@ -141,7 +150,7 @@ async def reply_chain(trigger: discord.Message, *, limit: int) -> list[discord.M
     return chain
 
 
-async def _referenced(message: discord.Message) -> discord.Message | None:
+async def referenced(message: discord.Message) -> discord.Message | None:
     reference = message.reference
     if reference is None or reference.message_id is None:
         return None
@@ -159,22 +168,12 @@ async def _referenced(message: discord.Message) -> discord.Message | None:
         return None
 
 
-def within_budget(items: list[ContextItem], max_chars: int,
-                  keep_id: str | None = None) -> list[ContextItem]:
-    """The newest items whose content fits `max_chars` together; the item `keep_id` (the
-    message answered) is kept whatever it costs, older items are dropped first."""
-    kept: list[ContextItem] = []
-    used = 0
-    full = False
-    for item in reversed(items):
-        cost = len(str(item.get("content") or ""))
-        if item.get("message_id") == keep_id:
-            kept.append(item)
-            used += cost
-            continue
-        full = full or used + cost > max_chars
-        if not full:
-            kept.append(item)
-            used += cost
-    kept.reverse()
-    return kept
+def replied_to(message: discord.Message) -> discord.Message | None:
+    """The message `message` replies to, as Discord sent it along (or the client caches
+    it); no REST call."""
+    reference = message.reference
+    if reference is None:
+        return None
+    if isinstance(reference.resolved, discord.Message):
+        return reference.resolved
+    return reference.cached_message

@@ -18,7 +18,9 @@ import discord
 
 from discord_io.enrichment_tools import EnrichmentTools, discord_avatar_lookup
 from discord_io.media_fetch import MediaFetcher
+from discord_io.rate_limits import guard_rate_limits
 from discord_io.testing import DiscordEmulator, connected_discord
+from discord_io.testing.gateway import GUILD_MEMBERS
 from fsm.engine.generation import Attempt
 from fsm.scenarios.format import parse_scenario
 from fsm.scenarios.scripted import ScriptedProvider
@@ -152,16 +154,20 @@ class Harness:
 async def bot_on_gateway(passes: list[list[dict[str, Any]]], tmp_path: Path | None, *,
                          enrichment_tools: bool = False,
                          attempts: Sequence[Attempt] | None = None,
+                         members_intent: bool = False,
                          **bot_options: Any) -> AsyncIterator[Harness]:
     """The bot on a two-shard gateway with a second guild (its channel "elsewhere", alice
     and bob members). `enrichment_tools` gives it the real tools, downloading from the
     emulator's CDN on loopback. `attempts` replace the one scripted attempt of `passes`
     (a fallback chain, a real adapter against a loopback model); `tmp_path` None keeps no
-    journals."""
+    journals. `members_intent`: the application is granted the privileged members intent
+    and the client asks for it (so GUILD_MEMBER_UPDATE reaches it); production does not."""
     provider = ScriptedProvider(parse_scenario({"passes": passes}).passes)
     made: dict[str, Any] = {}
 
     def setup(emu: DiscordEmulator, client: discord.Client) -> None:
+        if members_intent:
+            emu.gateway.granted_intents |= GUILD_MEMBERS
         guild = emu.add_guild("second guild")
         emu.add_member(guild, emu.alice_id)
         made["guild"] = guild
@@ -183,7 +189,8 @@ async def bot_on_gateway(passes: list[list[dict[str, Any]]], tmp_path: Path | No
         made["bot"] = bot
 
     try:
-        async with connected_discord(client_factory=build_client, setup=setup, shards=2) as (
+        factory = _with_members_intent if members_intent else build_client
+        async with connected_discord(client_factory=factory, setup=setup, shards=2) as (
                 emu, client):
             bot = made["bot"]
             try:
@@ -194,3 +201,14 @@ async def bot_on_gateway(passes: list[list[dict[str, Any]]], tmp_path: Path | No
     finally:
         if "fetcher" in made:
             await made["fetcher"].aclose()
+
+
+def _with_members_intent() -> discord.Client:
+    """The client `build_client` makes, asking for the members intent as well."""
+    intents = discord.Intents.default()
+    intents.message_content = True
+    intents.members = True
+    client = discord.AutoShardedClient(intents=intents,
+                                       allowed_mentions=discord.AllowedMentions.none())
+    guard_rate_limits(client)
+    return client

@@ -159,7 +159,7 @@ async def test_text_files_are_inlined_within_their_budget() -> None:
                                  b"first line\n" + b"x" * 500),))
         body = await v.answered()
     text = _text(body)
-    assert re.search(r"<file notes\.txt>\n(> )?first line\n", text), text
+    assert re.search(r"<file \"notes\.txt\">\n(> )?first line\n", text), text
     assert "x" * 40 not in text
 
 

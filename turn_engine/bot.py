@@ -24,21 +24,19 @@ import aiohttp
 import discord
 from discord import app_commands
 
-from discord_io.admission import AccessPolicy, AdmissionPolicy, facts_of, should_reply, user_allowed
+from discord_io.admission import AccessPolicy, AdmissionPolicy, should_reply
 from discord_io.attachments import AttachmentPolicy, AttachmentReader
 from discord_io.channel_queue import ChannelQueue
 from discord_io.delivery import DiscordChannel
 from discord_io.enrichment_tools import EnrichmentTools, discord_avatar_lookup
-from discord_io.history import (
-    HistoryPolicy,
-    dialogue_items,
-    select_history,
-    within_budget,
-)
+from discord_io.exclusion import Exclusion, TurnAudience
+from discord_io.history import HistoryPolicy
 from discord_io.kill_command import KillPermission, install_kill_command
 from discord_io.media_fetch import MediaFetcher
+from discord_io.member_roles import MemberRoles
 from discord_io.rate_limits import guard_rate_limits
 from discord_io.stale_sweeper import StaleLockSweeper
+from discord_io.turn_context import build_context, hidden_from
 from discord_io.typing_indicator import TypingIndicator
 from fsm.engine.config import TurnConfig
 from fsm.engine.generation import Attempt, GenerationResult, run_generation_turn
@@ -101,6 +99,11 @@ class TurnBot:
         self.history = history if history is not None else HistoryPolicy(
             max_messages=history_limit)
         self.attachments = attachments
+        self.member_roles = MemberRoles(client)
+        """Roles of the members whose messages turns read (history carries none)."""
+        self.exclusion = Exclusion(lambda: self.policy.access, self.member_roles,
+                                   lambda: self.bot_id)
+        """Whose messages a turn may show the model: the access lists, on every path."""
         if journals is None and journal_dir is not None:
             journals = JournalStore(JournalSettings(dir=str(journal_dir), max_files=None))
         self.journals = journals
@@ -195,6 +198,7 @@ class TurnBot:
     async def on_message(self, message: discord.Message) -> None:
         if self.stopping:
             return
+        self.member_roles.saw(message)
         admission = should_reply(message, self.bot_id, self.policy)
         if not admission.reply:
             if admission.reason in ("dms_off", "user_not_allowed", "channel_not_allowed"):
@@ -228,9 +232,11 @@ class TurnBot:
         channel_id = str(message.channel.id)
         started = asyncio.get_running_loop().time()
         typing = TypingIndicator.for_channel(self.client, message.channel.id)
+        audience = self.exclusion.for_turn()
         channel = DiscordChannel(self.client, message.channel.id, reply_to=message.id,
                                  typing=typing,
-                                 max_messages=self.config.max_delivered_messages)
+                                 max_messages=self.config.max_delivered_messages,
+                                 readable=audience.reader_in(message))
         turns: list[tuple[Turn, JournalRecorder]] = []
         items: list[dict[str, Any]] = []
         result: GenerationResult | None = None
@@ -246,7 +252,7 @@ class TurnBot:
         self.requesters[channel_id] = message.author.id
         typing.start()
         try:
-            items[:] = await self._killable(lock, self._context(message), default=[])
+            items[:] = await self._killable(lock, self._context(message, audience), default=[])
             request = TurnRequest(context_items=items, system_prompt=self._prompt(),
                                   trigger_message_id=str(message.id), queued=True,
                                   owner=self.client.user.name if self.client.user else "bot")
@@ -275,56 +281,18 @@ class TurnBot:
                 # the journal are still part of the turn.
                 self.requesters.pop(channel_id, None)
 
-    async def _context(self, message: discord.Message) -> list[dict[str, Any]]:
+    async def _context(self, message: discord.Message,
+                       audience: TurnAudience) -> list[dict[str, Any]]:
         """The dialogue the model sees: the policy's messages, minus those waiting for a turn
-        of their own (D4), within the budget, with the uploads it may see."""
+        of their own (D4) and those the access lists deny, within the budget, with the
+        uploads it may see."""
         channel_id = str(message.channel.id)
-        waiting = len(self.queue.pending(channel_id))
-        picked = await select_history(message, self.history, excluded=self._excluded(message),
-                                      waiting=waiting)
-        items = dialogue_items(picked, bot_user_id=self.bot_id,
-                               limit=self.history.max_messages,
-                               max_chars=self.history.max_message_chars)
-        if self.attachments is None:
-            return within_budget(items, self.history.max_chars, keep_id=str(message.id))
-        # Uploads are read for the message answered and the ones it replies to only: a
-        # download per file of the whole history on every turn would not scale.
-        shown = [message, *_referenced_in(message, picked)]
-        parent = message.reference.resolved if message.reference is not None else None
-        if isinstance(parent, discord.Message) and all(m.id != parent.id for m in shown):
-            shown.insert(1, parent)  # replied to from beyond the history window
-        by_id = {str(m.id): m for m in shown}
-        for item in items:
-            source = by_id.get(item["message_id"])
-            for attachment in source.attachments if source is not None else ():
-                text = await self.attachments.text_of(attachment)
-                if text is not None:
-                    item["content"] += f"\n<file {attachment.filename}>\n{text}\n</file>"
-        items = within_budget(items, self.history.max_chars, keep_id=str(message.id))
-        kept = {item["message_id"] for item in items}
-        image_item = await self.attachments.image_item(
-            m for m in shown if m is message or m is parent or str(m.id) in kept)
-        if image_item is not None:
-            items.append(image_item)
-        return items
-
-    def _excluded(self, trigger: discord.Message) -> Callable[[discord.Message], bool]:
-        """Messages the turn answering `trigger` must not see: those queued behind it, any
-        later one addressed to the bot (it gets, or was refused, a turn of its own), and
-        those of users the access lists deny."""
-        channel_id = str(trigger.channel.id)
-
-        def excluded(candidate: discord.Message) -> bool:
-            if candidate.author.id == self.bot_id:
-                return False
-            if any(m.id == candidate.id for m in self.queue.pending(channel_id)):
-                return True
-            if candidate.id > trigger.id and should_reply(candidate, self.bot_id,
-                                                          self.policy).reply:
-                return True
-            return not user_allowed(facts_of(candidate, self.bot_id), self.policy.access)
-
-        return excluded
+        hidden = hidden_from(message, pending=lambda: self.queue.pending(channel_id),
+                             bot_user_id=self.bot_id, policy=self.policy)
+        return await build_context(message, history=self.history, audience=audience,
+                                   hidden=hidden, bot_user_id=self.bot_id,
+                                   attachments=self.attachments,
+                                   waiting=len(self.queue.pending(channel_id)))
 
     async def _killable(self, lock: ChannelLock, work: Any, default: Any) -> Any:
         """Run `work` (the history read) so the lock's kill cancels it (D3): the engine turn
@@ -375,20 +343,6 @@ class TurnBot:
             origin["worker"] = running.worker_id
             origin["fence"] = running.fence
         return origin
-
-
-def _referenced_in(message: discord.Message,
-                   picked: Sequence[discord.Message]) -> list[discord.Message]:
-    """The messages `message` replies to, as far as the history holds them, newest first."""
-    by_id = {m.id: m for m in picked}
-    chain: list[discord.Message] = []
-    current = message
-    while current.reference is not None and current.reference.message_id in by_id:
-        current = by_id[current.reference.message_id]
-        if current in chain:
-            break
-        chain.append(current)
-    return chain
 
 
 def build_client(http_trace: aiohttp.TraceConfig | None = None) -> discord.Client:
