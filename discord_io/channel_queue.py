@@ -127,13 +127,20 @@ class ChannelQueue(Generic[M]):
         self._refused_at[key] = now
         return True
 
-    def clear(self, channel_id: str) -> int:
-        """Drop the channel's waiting messages (for /kill); returns how many."""
+    def clear(self, channel_id: str, *, user: str | None = None) -> int:
+        """Drop the channel's waiting messages (for /kill), or only those `user` sent (as
+        `user_of` names senders); returns how many."""
         queue = self._queues.get(channel_id)
         if not queue:
             return 0
-        dropped = len(queue)
+        if user is None:
+            dropped = len(queue)
+            queue.clear()
+            return dropped
+        kept = [message for message in queue if self._user_of(message) != user]
+        dropped = len(queue) - len(kept)
         queue.clear()
+        queue.extend(kept)
         return dropped
 
     def pending(self, channel_id: str) -> tuple[M, ...]:

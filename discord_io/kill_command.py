@@ -1,9 +1,12 @@
 """The /kill slash command (D3): stop the channel's running turn and clear its queue.
 
 It only flips flags and empties a queue, both synchronous, so the ephemeral answer goes out
-at once, well inside Discord's 3 s interaction window; the turn unwinds on its own. Not
-everyone may use it: the person whose message is being answered, members with Manage
-Messages in the channel, and members of the roles an operator names (`KillPermission`).
+at once, well inside Discord's 3 s interaction window; the turn unwinds on its own. Its
+reach depends on who runs it (`KillPermission`, A7): members with Manage Messages in the
+channel and members of the roles an operator names stop any reply and clear the whole queue
+(so does anyone in a DM, which has one user besides the bot); anyone else stops the reply
+only if it answers their own message, and drops only their own queued messages, never
+another user's question.
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ KILL_DESCRIPTION = "Stop the bot's reply in this channel and drop its queued mes
 NOT_ALLOWED_TEXT = (
     "Only the person this reply answers, or members who can manage messages here, can stop it."
 )
+NOT_YOURS_TEXT = "The reply running here answers someone else, so it goes on."
 
 
 class QueueClearer(Protocol):
-    def clear(self, channel_id: str) -> int: ...
+    def clear(self, channel_id: str, *, user: str | None = None) -> int:
+        """Drop the channel's waiting messages (only `user`'s, when named); how many."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,23 +48,35 @@ class KillPermission:
     roles: Collection[int] = ()
 
     def allows(self, interaction: discord.Interaction, channel_id: str) -> bool:
-        user = interaction.user
-        if user.id == self.requester_of(channel_id):
-            return True
+        """Whether the user may stop the reply running in the channel."""
+        return (interaction.user.id == self.requester_of(channel_id)
+                or self.moderates(interaction))
+
+    def moderates(self, interaction: discord.Interaction) -> bool:
+        """Whether the user's /kill reaches everyone's reply and queued messages."""
         if interaction.guild_id is None:
             return True  # a DM has one user besides the bot
         if interaction.permissions.manage_messages:
             return True
-        return any(role.id in self.roles for role in getattr(user, "roles", ()))
+        return any(role.id in self.roles for role in getattr(interaction.user, "roles", ()))
 
 
-def kill_reply(running: bool, dropped: int) -> str:
-    """The ephemeral answer to /kill."""
-    head = "Stopping the reply in this channel." if running else "Nothing is running here."
-    if dropped:
-        plural = "message" if dropped == 1 else "messages"
-        return f"{head} Dropped {dropped} queued {plural}."
-    return head
+def kill_reply(running: bool, dropped: int, *, own: bool = False,
+               others_running: bool = False) -> str:
+    """The ephemeral answer to /kill; `own`: the user's reach was their own messages, and
+    `others_running`: a reply to someone else runs on."""
+    if running:
+        head = "Stopping the reply in this channel."
+    else:
+        head = NOT_YOURS_TEXT if others_running else "Nothing is running here."
+    if not dropped:
+        return head
+    if own:
+        mine = ("your queued message" if dropped == 1
+                else f"{dropped} of your queued messages")
+        return f"{head} Dropped {mine}."
+    plural = "message" if dropped == 1 else "messages"
+    return f"{head} Dropped {dropped} queued {plural}."
 
 
 def make_kill_command(
@@ -73,21 +91,23 @@ def make_kill_command(
             await interaction.response.send_message("No channel to stop.", ephemeral=True)
             return
         channel_id = str(interaction.channel_id)
-        if permission is not None and not permission.allows(interaction, channel_id):
-            log.info("/kill by %s in channel %s refused: not permitted",
-                     interaction.user.id, channel_id)
-            await interaction.response.send_message(NOT_ALLOWED_TEXT, ephemeral=True)
-            return
-        running = registry.request_stop(channel_id)
-        dropped = queue.clear(channel_id)
-        log.info(
-            "/kill by %s in channel %s: running=%s dropped=%d",
-            interaction.user.id,
-            channel_id,
-            running,
-            dropped,
-        )
-        await interaction.response.send_message(kill_reply(running, dropped), ephemeral=True)
+        if permission is None or permission.moderates(interaction):
+            running = registry.request_stop(channel_id)
+            answer = kill_reply(running, dropped := queue.clear(channel_id))
+        else:
+            own_reply = interaction.user.id == permission.requester_of(channel_id)
+            dropped = queue.clear(channel_id, user=str(interaction.user.id))
+            if not own_reply and not dropped:
+                log.info("/kill by %s in channel %s refused: not permitted",
+                         interaction.user.id, channel_id)
+                await interaction.response.send_message(NOT_ALLOWED_TEXT, ephemeral=True)
+                return
+            running = own_reply and registry.request_stop(channel_id)
+            answer = kill_reply(running, dropped, own=True, others_running=not own_reply and (
+                permission.requester_of(channel_id) is not None))
+        log.info("/kill by %s in channel %s: running=%s dropped=%d", interaction.user.id,
+                 channel_id, running, dropped)
+        await interaction.response.send_message(answer, ephemeral=True)
 
     return kill
 

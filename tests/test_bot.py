@@ -92,7 +92,7 @@ async def test_kill_mid_stream_keeps_delivered_text_and_empties_the_queue(
         await h.mention("and me", author=h.bob)
         assert h.bot.queue.pending(str(h.emu.channel_id))
         await asyncio.sleep(7.5)  # the idle flush has sent the finished paragraph
-        await h.kill()
+        await h.kill(permissions=1 << 13)  # Manage Messages: bob's question goes too (A7)
         (answer,) = await h.emu.wait_for(lambda r: r.route == CALLBACK)
         assert answer.json["data"]["flags"] == 64
         await h.idle()

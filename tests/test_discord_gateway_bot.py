@@ -89,7 +89,10 @@ async def test_kill_as_a_real_interaction_stops_the_stream_and_empties_the_queue
         await h.emu.wait_for(lambda r: r.route == SEND)  # the first paragraph is out
         await h.mention("and then?", author=h.bob)
         await h.queued(h.emu.channel_id, count=2)
-        await h.emu.gateway.interaction("kill", channel_id=h.emu.channel_id)
+        # a moderator's /kill (Manage Messages): the requester's own would leave bob's
+        # question queued (A7)
+        await h.emu.gateway.interaction("kill", channel_id=h.emu.channel_id,
+                                        permissions=1 << 13)
         [answer] = await h.emu.wait_for(lambda r: r.route == CALLBACK)
         assert answer.json["data"]["content"] == (
             "Stopping the reply in this channel. Dropped 1 queued message.")

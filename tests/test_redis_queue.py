@@ -348,3 +348,24 @@ async def test_send_gate_refuses_writes_once_the_lease_is_lost() -> None:
         check_lease("POST")
     current_lease.set(None)
     check_lease("POST")
+
+
+async def test_a_kill_without_the_wider_right_drops_only_the_users_own_queued_messages(
+        redis_server: RedisServer) -> None:
+    # covers A7 across processes: the requester stops their own reply and drops their own
+    # queued messages; another user's question stays queued and is answered; a user whose
+    # only stake is a queued message drops it and leaves the running reply alone
+    async with two_workers(redis_server) as (a, b, log):
+        await a.queue.submit("c1", Msg("m1", "c1", author="7"))
+        await a.wait_started("m1")
+        for message_id, author in (("m2", "8"), ("m3", "7"), ("m4", "9")):
+            await b.queue.submit("c1", Msg(message_id, "c1", author=author))
+        theirs = await b.queue.kill("c1", "i5", user_id=9, privileged=False)
+        assert (theirs.status, theirs.running, theirs.dropped) == ("done", False, 1)
+        assert theirs.others_running
+        own = await b.queue.kill("c1", "i6", user_id=7, privileged=False)
+        assert (own.status, own.running, own.dropped) == ("done", True, 1)
+        await a.wait_started("m2")
+        a.release("m2")
+        await a.queue.join("c1")
+        assert log == [("start", "m1"), ("killed", "m1"), ("start", "m2"), ("end", "m2")]

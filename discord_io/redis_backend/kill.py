@@ -65,7 +65,9 @@ def make_redis_kill_command(
         running, dropped = outcome.running, outcome.dropped
         log.info("/kill by %s in channel %s: running=%s dropped=%d", interaction.user.id,
                  channel_id, running, dropped)
-        await interaction.response.send_message(kill_reply(running, dropped), ephemeral=True)
+        answer = kill_reply(running, dropped, own=not privileged,
+                            others_running=outcome.others_running)
+        await interaction.response.send_message(answer, ephemeral=True)
 
     return kill
 

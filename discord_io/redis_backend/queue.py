@@ -86,6 +86,8 @@ class KillOutcome:
     status: Literal["done", "duplicate", "not_allowed"]
     running: bool = False
     dropped: int = 0
+    others_running: bool = False
+    """A user without the wider right dropped their own messages; another's reply runs on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,13 +242,15 @@ class RedisChannelQueue(Generic[M]):
     async def kill(self, channel_id: str, interaction_id: str, *, user_id: int = 0,
                    privileged: bool = True) -> KillOutcome:
         """`/kill` from any process: stop the channel's turn wherever it runs and drop its
-        queue. A user who is not `privileged` may stop only the reply to their own message."""
+        queue. A user who is not `privileged` may stop only the reply to their own message
+        and drop only their own queued messages (A7)."""
         reply = await self._kill(args=[self.prefix, channel_id,
                                        f"interaction:{interaction_id}", DEDUP_TTL_S,
                                        str(user_id), "1" if privileged else "0"])
         status = _text(reply[0])
         if status == "done":
-            return KillOutcome("done", bool(int(reply[1])), int(reply[2]))
+            return KillOutcome("done", bool(int(reply[1])), int(reply[2]),
+                               len(reply) > 3 and bool(int(reply[3])))
         return KillOutcome("duplicate" if status == "duplicate" else "not_allowed")
 
     def busy(self, channel_id: str) -> bool:

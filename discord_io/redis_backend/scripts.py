@@ -144,17 +144,36 @@ return 1
 
 KILL = """
 -- ARGV: prefix, channel, interaction id, dedup_s, user id, privileged (1: may stop anyone's
--- reply). Returns {'duplicate'}, {'not_allowed'} or {'done', running (0/1), dropped}.
+-- reply and drop the whole queue; 0: only the reply to the user's own message, and only the
+-- user's own queued records, A7). Returns {'duplicate'}, {'not_allowed'} or
+-- {'done', running (0/1), dropped, someone else's reply runs on (0/1)}.
 local p, ch = ARGV[1], ARGV[2]
 local lease = p .. 'lease:' .. ch
+local queue = p .. 'queue:' .. ch
 local held = redis.call('HMGET', lease, 'worker', 'author')
-if ARGV[6] ~= '1' and held[2] ~= ARGV[5] then return {'not_allowed'} end
+local privileged = ARGV[6] == '1'
+local mine = {}
+if not privileged then
+  for _, raw in ipairs(redis.call('LRANGE', queue, 0, -1)) do
+    local ok, record = pcall(cjson.decode, raw)
+    if ok and type(record) == 'table' and tostring(record['author']) == ARGV[5] then
+      table.insert(mine, raw)
+    end
+  end
+  if held[2] ~= ARGV[5] and #mine == 0 then return {'not_allowed'} end
+end
 if not redis.call('SET', p .. 'seen:' .. ARGV[3], '1', 'NX', 'EX', ARGV[4]) then
   return {'duplicate'}
 end
-local queue = p .. 'queue:' .. ch
-local dropped = redis.call('LLEN', queue)
-redis.call('DEL', queue, p .. 'chain:' .. ch)
+local dropped = #mine
+if privileged then
+  dropped = redis.call('LLEN', queue)
+  redis.call('DEL', queue, p .. 'chain:' .. ch)
+else
+  for _, raw in ipairs(mine) do redis.call('LREM', queue, 1, raw) end
+  if held[2] ~= ARGV[5] then return {'done', 0, dropped, held[1] and 1 or 0} end
+  if redis.call('LLEN', queue) == 0 then redis.call('DEL', p .. 'chain:' .. ch) end
+end
 if not held[1] then return {'done', 0, dropped} end
 redis.call('HSET', lease, 'stop', '1')
 redis.call('PUBLISH', p .. 'worker:' .. held[1], cjson.encode({op = 'kill', channel = ch}))
