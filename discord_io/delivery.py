@@ -6,6 +6,7 @@ separate pump task sends in order. So `deliver` never blocks the stream on Disco
 cancelled caller cannot lose track of a send already on the wire, and every delivered
 message is recorded for `cleanup`. Rate limits are discord.py's job (it honours 429
 `retry_after` and the bucket headers); what still fails is raised as `DeliveryError`.
+Model text goes out with link previews suppressed and its masked links unmasked (A6).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from fsm.engine.channel import (
 )
 
 from .exclusion import Readable
+from .links import unmask_links
 from .rate_limits import guard_rate_limits
 from .splitting import MESSAGE_LIMIT, Chunk, StreamSplitter
 from .typing_indicator import TypingIndicator
@@ -123,10 +125,14 @@ class DiscordChannel(TurnChannel):
         close_grace_s: float = DEFAULT_CLOSE_GRACE_S,
         max_messages: int | None = None,
         readable: Readable | None = None,
+        link_previews: bool = False,
     ) -> None:
         self.channel_id = channel_id
         self.readable = readable
         """Which reactors the model may read (the access lists); None: everyone."""
+        self.link_previews = link_previews
+        """Let Discord unfurl the links the model writes (off: SUPPRESS_EMBEDS on every
+        text message, A6; the bot's own notice embeds are not affected)."""
         self.max_messages = max_messages
         """The reply's bound in messages (D5): text past it is dropped and the next
         `deliver` or `finish_pass` raises `DeliveryCapReached`."""
@@ -241,7 +247,8 @@ class DiscordChannel(TurnChannel):
         chunks = splitter.feed(f"**Thoughts of {owner}:** {text}") + splitter.flush()
         for chunk in chunks:
             if not chunk.is_trailer:
-                await target.send(content=chunk.content,
+                await target.send(content=unmask_links(chunk.content),
+                                  suppress_embeds=not self.link_previews,
                                   allowed_mentions=discord.AllowedMentions.none())
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -348,7 +355,8 @@ class DiscordChannel(TurnChannel):
                 message_id=self.reply_to, channel_id=self.channel_id, fail_if_not_exists=False
             )
         if item.chunk is not None:
-            kwargs["content"] = item.chunk.content
+            kwargs["content"] = unmask_links(item.chunk.content)
+            kwargs["suppress_embeds"] = not self.link_previews
         else:
             assert item.notice is not None
             kwargs["embed"] = notice_embed(item.notice)
@@ -361,7 +369,7 @@ class DiscordChannel(TurnChannel):
             return error
         self._replied = True
         if item.chunk is not None:
-            self.delivered.append(DeliveredMessage(sent.id, item.chunk.content, item.chunk.source))
+            self.delivered.append(DeliveredMessage(sent.id, kwargs["content"], item.chunk.source))
             if self.typing is not None:
                 self.typing.poke()  # no-op once finish_pass stopped it for the last message
         else:

@@ -78,6 +78,7 @@ class TurnBot:
         system_prompt: SystemPrompt = "",
         trigger_words: Sequence[str] = (),
         queue_limit: int = 10,
+        link_previews: bool = False,
         history_limit: int = 20,
         history: HistoryPolicy | None = None,
         access: AccessPolicy | None = None,
@@ -99,6 +100,7 @@ class TurnBot:
         self.history = history if history is not None else HistoryPolicy(
             max_messages=history_limit)
         self.attachments = attachments
+        self.link_previews = link_previews
         self.member_roles = MemberRoles(client)
         """Roles of the members whose messages turns read (history carries none)."""
         self.exclusion = Exclusion(lambda: self.policy.access, self.member_roles,
@@ -236,7 +238,8 @@ class TurnBot:
         channel = DiscordChannel(self.client, message.channel.id, reply_to=message.id,
                                  typing=typing,
                                  max_messages=self.config.max_delivered_messages,
-                                 readable=audience.reader_in(message))
+                                 readable=audience.reader_in(message),
+                                 link_previews=self.link_previews)
         turns: list[tuple[Turn, JournalRecorder]] = []
         items: list[dict[str, Any]] = []
         result: GenerationResult | None = None
@@ -388,6 +391,7 @@ def build_bot(client: discord.Client, settings: AppSettings, session: aiohttp.Cl
     return TurnBot(
         client, attempts, config=settings.engine, system_prompt=persona.system_prompt,
         trigger_words=settings.trigger_words, queue_limit=settings.queue_limit,
+        link_previews=settings.link_previews,
         history=HistoryPolicy(mode=settings.history.mode,
                               max_messages=settings.history.max_messages,
                               max_chars=settings.history.max_chars,

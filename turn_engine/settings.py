@@ -155,6 +155,8 @@ class AppSettings(BaseSettings):
     """A persona file; `{date}` and `{time}` in it are filled in at each turn."""
     trigger_words: list[str] = Field(default_factory=list)
     queue_limit: int = Field(default=10, ge=1)
+    link_previews: bool = False
+    """Let Discord unfurl links in replies into previews the linked page writes (A6)."""
     access: AccessSettings = Field(default_factory=AccessSettings)
     history: HistorySettings = Field(default_factory=HistorySettings)
     attachments: AttachmentSettings = Field(default_factory=AttachmentSettings)
