@@ -1,6 +1,7 @@
 """The enrichment tools: each asks the engine to restart generation with richer context (R1-R8).
 
 Bulky media (a profile picture, GIF keyframes) is stashed and only its key returned (R3);
+its caption names the user or the link as quoted strings, as the dialogue does (A3);
 a YouTube link travels inline (R2); message metadata is fetched by the engine itself through
 `TurnChannel.fetch_reactors` (R6). Every problem the model could cause (bad URL, not an
 image, too big, too slow) is a failed `ToolResult` it can read, never an exception.
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fsm.engine.flags import EnrichmentKind
 from fsm.engine.stash import StashFull
 from fsm.engine.tools import NOT_AVAILABLE, FunctionTool, Tool, ToolContext, ToolResult
+from fsm.engine.user_text import quoted_name
 
 from .media_fetch import FetchError, FetchLimits, MediaFetcher
 from .media_frames import MediaError, image_mime, keyframes
@@ -217,7 +219,7 @@ class EnrichmentTools:
             "role": "user",
             "parts": [
                 {"type": "image", "mime": mime, "data": fetched.data},
-                {"type": "text", "text": f"<profile picture of {avatar.name}>"},
+                {"type": "text", "text": f"<profile picture of {quoted_name(avatar.name)}>"},
             ],
         }
         return _stash(ctx, item, "context_restart_image")
@@ -238,7 +240,7 @@ class EnrichmentTools:
             {
                 "type": "text",
                 "text": (
-                    f"<GIF from {args.url}: {len(frames.frames)} keyframes of "
+                    f"<GIF from {quoted_name(args.url)}: {len(frames.frames)} keyframes of "
                     f"{frames.total_frames} frames, in order>"
                 ),
             }

@@ -51,10 +51,10 @@ from .context import (
     ImagePart,
     Message,
     Part,
+    directives_text,
     history_turns,
     normalize_items,
     normalize_tools,
-    notices_text,
     turn_text,
 )
 from .endings import ANTHROPIC, ending_error
@@ -89,7 +89,9 @@ class AnthropicProvider(SSEProvider):
         messages = normalize_items(request.context_items)
         system_parts = [request.system_prompt] if request.system_prompt else []
         system_parts += [m.text for m in messages if m.role == "system"]
-        system = "\n\n".join(system_parts)
+        system_parts.append(directives_text(
+            request, prefill_message(self.prefill_mode, request.prefill.rstrip())))
+        system = "\n\n".join(part for part in system_parts if part)
         origin = self.config.reasoning_origin
         limit = self.config.max_output_tokens or DEFAULT_MAX_TOKENS
         body: dict[str, Any] = {
@@ -128,10 +130,11 @@ def anthropic_messages(
     request: PassRequest, messages: list[Message], prefill_mode: PrefillMode = "native",
     origin: str = "",
 ) -> list[dict[str, Any]]:
-    """Context, function history, notices, then the prefill last (S1, T7).
+    """Context, function history, then the prefill last (S1, T7).
 
-    System items were lifted into `system`. The prefill loses trailing whitespace because
-    the API rejects a final assistant turn that ends with it.
+    System items, notices and the continuation instruction were lifted into `system` (A4).
+    The prefill loses trailing whitespace because the API rejects a final assistant turn
+    that ends with it.
     """
     out: list[dict[str, Any]] = [
         {"role": m.role, "content": [_block(part) for part in m.parts]}
@@ -166,13 +169,9 @@ def anthropic_messages(
             for call in turn
         ]
         out.append({"role": "user", "content": results})
-    notices = notices_text(request)
-    if notices:
-        out.append({"role": "user", "content": [{"type": "text", "text": notices}]})
     prefill = prefill_message(prefill_mode, request.prefill.rstrip())
-    if prefill is not None:
-        role = "user" if prefill.mode == PREFILL_INSTRUCTION else "assistant"
-        out.append({"role": role, "content": [{"type": "text", "text": prefill.text}]})
+    if prefill is not None and prefill.mode != PREFILL_INSTRUCTION:
+        out.append({"role": "assistant", "content": [{"type": "text", "text": prefill.text}]})
     return out
 
 

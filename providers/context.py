@@ -38,6 +38,8 @@ from typing import Any, Literal
 from fsm.engine.provider import HistoryEntry, PassRequest
 from fsm.engine.user_text import dialogue_text
 
+from .prefill import PREFILL_INSTRUCTION, PrefillMessage
+
 logger = logging.getLogger(__name__)
 
 Role = Literal["system", "user", "assistant"]
@@ -163,6 +165,16 @@ def turn_text(turn: list[HistoryCall]) -> str:
 def notices_text(request: PassRequest) -> str:
     """Request-only notices, joined; they go right before the prefill (S1)."""
     return "\n\n".join(notice for notice in request.request_notices if notice.strip())
+
+
+def directives_text(request: PassRequest, prefill: PrefillMessage | None) -> str:
+    """The engine's own words for this request — its request-only notices and, in the
+    `instruction` prefill mode, the request to continue the reply — for the system role,
+    where no chat user writes (A4): a user's look-alike of them is only ever user text."""
+    parts = [notices_text(request)]
+    if prefill is not None and prefill.mode == PREFILL_INSTRUCTION:
+        parts.append(prefill.text)
+    return "\n\n".join(part for part in parts if part)
 
 
 def _item_parts(item: dict[str, Any], role: Role, where: str) -> list[Part]:

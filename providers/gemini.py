@@ -49,10 +49,10 @@ from .context import (
     ImagePart,
     Message,
     Part,
+    directives_text,
     history_turns,
     normalize_items,
     normalize_tools,
-    notices_text,
     turn_text,
 )
 from .endings import GEMINI, ending_error
@@ -119,6 +119,9 @@ class GeminiProvider(SSEProvider):
         messages = normalize_items(request.context_items)
         system_parts = [request.system_prompt] if request.system_prompt else []
         system_parts += [m.text for m in messages if m.role == "system"]
+        system_parts.append(directives_text(
+            request, prefill_message(self.prefill_mode, request.prefill)))
+        system_parts = [part for part in system_parts if part]
         body: dict[str, Any] = {"contents": self.contents(request, messages)}
         if system_parts:
             body["systemInstruction"] = {"parts": [{"text": "\n\n".join(system_parts)}]}
@@ -141,7 +144,8 @@ class GeminiProvider(SSEProvider):
         return body
 
     def contents(self, request: PassRequest, messages: list[Message]) -> list[dict[str, Any]]:
-        """Context, function history, notices, then the prefill last (S1, T7)."""
+        """Context, function history, then the prefill last (S1, T7); notices and the
+        continuation instruction travel in systemInstruction (A4)."""
         out: list[dict[str, Any]] = [
             {"role": _role(m), "parts": [_part(p) for p in m.parts]}
             for m in messages
@@ -176,13 +180,9 @@ class GeminiProvider(SSEProvider):
                 answers.append({"functionResponse": response})
             out.append({"role": "model", "parts": parts})
             out.append({"role": "user", "parts": answers})
-        notices = notices_text(request)
-        if notices:
-            out.append({"role": "user", "parts": [{"text": notices}]})
         prefill = prefill_message(self.prefill_mode, request.prefill)
-        if prefill is not None:
-            role = "user" if prefill.mode == PREFILL_INSTRUCTION else "model"
-            out.append({"role": role, "parts": [{"text": prefill.text}]})
+        if prefill is not None and prefill.mode != PREFILL_INSTRUCTION:
+            out.append({"role": "model", "parts": [{"text": prefill.text}]})
         return out
 
     def new_decoder(self) -> GenerateContentDecoder:

@@ -60,10 +60,10 @@ from .chat_reasoning import ChatReasoning, replay_fields
 from .context import (
     ImagePart,
     Message,
+    directives_text,
     history_turns,
     normalize_items,
     normalize_tools,
-    notices_text,
     turn_text,
 )
 from .endings import CHAT_COMPLETIONS, ending_error
@@ -165,7 +165,8 @@ def chat_messages(
     request: PassRequest, prefill_mode: PrefillMode = "native", *, mistral: bool = False,
     profile: ServerProfile | None = None, origin: str = "",
 ) -> list[dict[str, Any]]:
-    """System prompt, context, function history, notices, then the prefill last (S1, T7).
+    """System prompt, context, function history, notices (a system message, A4), then the
+    prefill last (S1, T7).
     A tool-call turn carries back the reasoning this model left on it, in the fields the
     host takes (P5)."""
     call_id = mistral_call_id if mistral else _same
@@ -196,13 +197,11 @@ def chat_messages(
             {"role": "tool", "tool_call_id": call_id(call.call_id), "content": call.result_json}
             for call in turn
         )
-    notices = notices_text(request)
-    if notices:
-        messages.append({"role": "user", "content": notices})
     prefill = prefill_message(prefill_mode, request.prefill)
-    if prefill is not None and prefill.mode == PREFILL_INSTRUCTION:
-        messages.append({"role": "user", "content": prefill.text})
-    elif prefill is not None:
+    directives = directives_text(request, prefill)
+    if directives:
+        messages.append({"role": "system", "content": directives})
+    if prefill is not None and prefill.mode != PREFILL_INSTRUCTION:
         final: dict[str, Any] = {"role": "assistant", "content": prefill.text}
         if prefill.mode == PREFILL_PREFIX_FLAG:
             final["prefix"] = True
@@ -224,10 +223,11 @@ def mistral_call_id(call_id: str) -> str:
 
 
 def _bridge_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mistral rejects a user turn right after a tool result: put an assistant turn between."""
+    """Mistral rejects a user (or system) turn right after a tool result: put an assistant
+    turn between."""
     out: list[dict[str, Any]] = []
     for message in messages:
-        if message["role"] == "user" and out and out[-1]["role"] == "tool":
+        if message["role"] in ("user", "system") and out and out[-1]["role"] == "tool":
             out.append({"role": "assistant", "content": MISTRAL_BRIDGE})
         out.append(message)
     return out

@@ -89,7 +89,7 @@ async def test_peek_profile_picture_stashes_the_avatar() -> None:
         assert item["role"] == "user"
         image, text = item["parts"]
         assert image == {"type": "image", "mime": "image/png", "data": make_png()}
-        assert text == {"type": "text", "text": "<profile picture of Carol>"}
+        assert text == {"type": "text", "text": "<profile picture of \"Carol\">"}  # A3
         fetched = env.emu.requests_to(f"GET /cdn/avatars/{env.avatar_user['id']}/{AVATAR_HASH}.png")
         assert fetched[0].query["size"] == "256"
         assert env.ctx.stash.take(result.data["pending_context_key"]) is None  # single drain (R4)
@@ -161,7 +161,7 @@ async def test_process_gif_stashes_evenly_spread_keyframes() -> None:
         assert len(set(colours)) == 4  # first, middle and last frames, not one frame four times
         assert text == {
             "type": "text",
-            "text": f"<GIF from {url}: 4 keyframes of 10 frames, in order>",
+            "text": f"<GIF from \"{url}\": 4 keyframes of 10 frames, in order>",  # A3
         }
 
 

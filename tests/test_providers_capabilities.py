@@ -97,20 +97,23 @@ def test_prefill_defaults_by_kind_host_and_model(
 
 
 @pytest.mark.asyncio
-async def test_claude_46_continuation_ends_in_a_user_instruction() -> None:
-    """covers S1, G1: Claude 4.6 gets the delivered text as a closing user instruction,
-    never a final assistant turn (which it rejects with HTTP 400)."""
+async def test_claude_46_continuation_is_an_instruction_in_the_system_prompt() -> None:
+    """covers S1, G1, A4: Claude 4.6 gets the delivered text in an instruction in `system`
+    (where no chat user writes), never a final assistant turn (which it rejects with HTTP
+    400); the messages end in a user turn."""
     body = await sent_body("anthropic", continuation(), model="claude-opus-4-6")
     assert body["messages"][-1]["role"] == "user"
-    assert DELIVERED in body["messages"][-1]["content"][0]["text"]
+    assert DELIVERED in body["system"]
 
 
 @pytest.mark.asyncio
 async def test_gemini_25_continuation_ends_in_a_user_turn() -> None:
-    """covers S1, G1: newer Gemini models get no final model turn."""
+    """covers S1, G1, A4: newer Gemini models get no final model turn; the instruction
+    travels in systemInstruction."""
     body = await sent_body("gemini", continuation(with_history=False), model="gemini-2.5-flash")
-    assert body["contents"][-1] == {"role": "user",
-                                    "parts": [{"text": continuation_instruction(DELIVERED)}]}
+    assert body["contents"][-1]["role"] == "user"
+    assert body["systemInstruction"]["parts"][0]["text"].endswith(
+        continuation_instruction(DELIVERED))
     assert all(turn["role"] != "model" for turn in body["contents"])
 
 
@@ -125,7 +128,7 @@ async def test_mistral_prefill_carries_the_prefix_flag_and_its_rules() -> None:
     call_id = messages[2]["tool_calls"][0]["id"]
     assert len(call_id) == 9 and call_id.isalnum() and messages[3]["tool_call_id"] == call_id
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant",
-                                              "user", "assistant"]
+                                              "system", "assistant"]
     assert messages[4] == {"role": "assistant", "content": MISTRAL_BRIDGE}
 
 

@@ -92,10 +92,9 @@ async def test_fallback_continues_on_a_provider_without_trailing_prefill() -> No
             request=TurnRequest(context_items=[{"role": "user", "content": "weather?"}]))
     assert [a.status for a in result.attempts] == ["error", "completed"]
     assert channel.text == PARTIAL + " then rain by evening."
-    messages = json.loads(claude.requests[0].body)["messages"]
-    assert messages[-1] == {"role": "user", "content": [
-        {"type": "text", "text": continuation_instruction(PARTIAL)}]}
-    assert all(m["role"] != "assistant" for m in messages)
+    body = json.loads(claude.requests[0].body)
+    assert body["system"].endswith(continuation_instruction(PARTIAL))  # A4: the system role
+    assert all(m["role"] != "assistant" for m in body["messages"])
 
 
 async def test_fallback_configured_without_trailing_prefill_on_openai_kind() -> None:
@@ -112,7 +111,7 @@ async def test_fallback_configured_without_trailing_prefill_on_openai_kind() -> 
             channel=channel, locks=locks, lock=lock, request=TurnRequest())
     assert result.status == "completed" and channel.text == PARTIAL + " then rain."
     messages = json.loads(fallback.requests[0].body)["messages"]
-    assert messages[-1] == {"role": "user", "content": continuation_instruction(PARTIAL)}
+    assert messages[-1] == {"role": "system", "content": continuation_instruction(PARTIAL)}
 
 
 async def test_fallback_onto_an_echoing_server_delivers_nothing_twice() -> None:

@@ -154,15 +154,15 @@ async def test_magistral_tool_turn_sends_its_thinking_back_as_chunks() -> None:
 
 
 async def test_openai_reasoning_model_is_built_for_api_openai_com() -> None:
-    """covers P3, P2, S1: gpt-5.1 on api.openai.com gets no trailing assistant prefill (the
-    real host answers after one instead of continuing it) but the instruction quoting it,
-    `max_completion_tokens` and its `reasoning_effort`."""
+    """covers P3, P2, S1, A4: gpt-5.1 on api.openai.com gets no trailing assistant prefill
+    (the real host answers after one instead of continuing it) but the instruction quoting
+    it, in a system message, `max_completion_tokens` and its `reasoning_effort`."""
     body, _ = await host_request("openai", "https://api.openai.com/v1",
                                  continuation(with_history=False), model="gpt-5.1",
                                  max_output_tokens=256, reasoning={"effort": "low"})
     assert_golden("openai_reasoning_model", body)
-    assert body["messages"][-1] == {"role": "user",
-                                    "content": continuation_instruction(DELIVERED)}
+    assert body["messages"][-1]["role"] == "system"
+    assert body["messages"][-1]["content"].endswith(continuation_instruction(DELIVERED))
     assert all(m["role"] != "assistant" for m in body["messages"])
     assert body["max_completion_tokens"] == 256 and "max_tokens" not in body
     assert (body["reasoning_effort"], body["stream_options"]) == ("low", {"include_usage": True})
@@ -177,8 +177,9 @@ async def test_openai_chat_model_gets_no_reasoning_effort() -> None:
 
 
 async def test_azure_deployment_gets_its_key_header_and_api_version() -> None:
-    """covers P1, G4: an Azure deployment: the OpenAI schema with `stream_options`, the key
-    in `api-key`, the API version as a query parameter, no prefill turn."""
+    """covers P1, G4, A4: an Azure deployment: the OpenAI schema with `stream_options`, the
+    key in `api-key`, the API version as a query parameter, no prefill turn (the
+    instruction a system message)."""
     body, recorded = await host_request(
         "openai", "https://myres.openai.azure.com/openai/deployments/gpt-4o", continuation(),
         model="gpt-4o", api_key_header="api-key",
@@ -188,7 +189,7 @@ async def test_azure_deployment_gets_its_key_header_and_api_version() -> None:
     assert recorded.query == {"api-version": "2024-10-21"}
     assert recorded.headers["api-key"] == TEST_KEY and "Authorization" not in recorded.headers
     assert body["stream_options"] == {"include_usage": True}
-    assert body["messages"][-1]["role"] == "user"
+    assert body["messages"][-1]["role"] == "system"
 
 
 # --- reasoning back on the hosts that want it ---------------------------------------------

@@ -76,8 +76,9 @@ async def send(kind: str, request: PassRequest, **overrides: Any) -> RecordedReq
 
 @pytest.mark.asyncio
 async def test_openai_request_shape() -> None:
-    """covers S1, T7: system first, history as assistant tool_calls + tool results (the text
-    already sent kept before its call), notices, then the prefill as the last message."""
+    """covers S1, T7, A4: system first, history as assistant tool_calls + tool results (the
+    text already sent kept before its call), notices as a system message (where no chat
+    user writes), then the prefill as the last message."""
     recorded = await send("openai", full_request(), api_key=TEST_KEY)
     assert (recorded.method, recorded.path) == ("POST", "/chat/completions")
     assert recorded.headers["Authorization"] == f"Bearer {TEST_KEY}"
@@ -95,7 +96,7 @@ async def test_openai_request_shape() -> None:
         "tool",
         "assistant",
         "tool",
-        "user",
+        "system",
         "assistant",
     ]
     assert body["messages"][4]["content"][1] == {
@@ -115,7 +116,8 @@ async def test_openai_request_shape() -> None:
     }
     assert "content" not in body["messages"][7]
     assert body["messages"][7]["tool_calls"][0]["id"] == body["messages"][8]["tool_call_id"]
-    assert body["messages"][-2]["content"] == "Already completed: get_weather(Paris)."
+    assert body["messages"][-2] == {"role": "system",
+                                    "content": "Already completed: get_weather(Paris)."}
     assert body["messages"][-1] == {"role": "assistant", "content": "Partial answer "}
     assert [t["function"]["name"] for t in body["tools"]] == ["get_weather", "now"]
     assert body["tools"][1]["function"]["parameters"] == {"type": "object", "properties": {}}
@@ -123,14 +125,16 @@ async def test_openai_request_shape() -> None:
 
 @pytest.mark.asyncio
 async def test_anthropic_request_shape() -> None:
-    """covers S1, T7: system items lifted into `system`; history as tool_use/tool_result
-    blocks (failures flagged), notices, then the prefill last without trailing space."""
+    """covers S1, T7, A4: system items and notices lifted into `system`; history as
+    tool_use/tool_result blocks (failures flagged), then the prefill last without trailing
+    space."""
     recorded = await send("anthropic", full_request(), api_key=TEST_KEY, max_output_tokens=999)
     assert recorded.path == "/messages"
     assert recorded.headers["x-api-key"] == TEST_KEY
     assert recorded.headers["anthropic-version"] == "2023-06-01"
     body = recorded.json()
-    assert body["system"] == "You are a bot.\n\nChannel rules: be kind."
+    assert body["system"] == ("You are a bot.\n\nChannel rules: be kind.\n\n"
+                              "Already completed: get_weather(Paris).")
     assert body["max_tokens"] == 999
     messages = body["messages"]
     assert [m["role"] for m in messages] == [
@@ -140,7 +144,6 @@ async def test_anthropic_request_shape() -> None:
         "assistant",
         "user",
         "assistant",
-        "user",
         "user",
         "assistant",
     ]
@@ -164,16 +167,17 @@ async def test_anthropic_request_shape() -> None:
 
 @pytest.mark.asyncio
 async def test_gemini_request_shape() -> None:
-    """covers S1, T7: systemInstruction, model/user turns with functionCall and
-    functionResponse parts, notices, then the prefill last; key in a header, not the URL."""
+    """covers S1, T7, A4: systemInstruction (with the notices), model/user turns with
+    functionCall and functionResponse parts, then the prefill last; key in a header, not
+    the URL."""
     recorded = await send("gemini", full_request(), api_key=TEST_KEY)
     assert recorded.path == "/models/test-model:streamGenerateContent"
     assert recorded.query == {"alt": "sse"}
     assert recorded.headers["x-goog-api-key"] == TEST_KEY
     body = recorded.json()
-    assert body["systemInstruction"] == {
-        "parts": [{"text": "You are a bot.\n\nChannel rules: be kind."}]
-    }
+    assert body["systemInstruction"] == {"parts": [{"text": (
+        "You are a bot.\n\nChannel rules: be kind.\n\n"
+        "Already completed: get_weather(Paris).")}]}
     contents = body["contents"]
     assert [c["role"] for c in contents] == [
         "user",
@@ -182,7 +186,6 @@ async def test_gemini_request_shape() -> None:
         "model",
         "user",
         "model",
-        "user",
         "user",
         "model",
     ]

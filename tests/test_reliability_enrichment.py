@@ -418,7 +418,8 @@ async def test_gif_with_thousands_of_frames_is_sampled_and_restarts(
         item = cell.model.requests[1].context_items[-1]
         *frames, label = item["parts"]
         assert len(frames) == 4 and all(p["mime"] == "image/png" for p in frames)
-        assert label["text"] == f"<GIF from {cell.url}: 4 keyframes of 2000 frames, in order>"
+        assert label["text"] == (  # A3: the link quoted
+            f"<GIF from \"{cell.url}\": 4 keyframes of 2000 frames, in order>")
         assert cell.turn.flags.is_disabled("gif")
         assert "process_gif" not in [t["name"] for t in cell.model.requests[1].tools]
         assert cell.stash.puts == 1 and len(cell.stash) == 0  # drained (R4)

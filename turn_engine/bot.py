@@ -45,6 +45,7 @@ from fsm.engine.prefill import TurnRequest
 from fsm.engine.stash import ContextStash
 from fsm.engine.tools import Tool, ToolRegistry
 from fsm.engine.turn import Turn, TurnObserver
+from fsm.engine.user_text import framed_prompt
 from fsm.review.journal import JournalRecorder
 from providers import build_provider
 
@@ -227,7 +228,8 @@ class TurnBot:
             running[0].notify_follow_up()
 
     def _prompt(self) -> str:
-        return self.system_prompt() if callable(self.system_prompt) else self.system_prompt
+        persona = self.system_prompt() if callable(self.system_prompt) else self.system_prompt
+        return framed_prompt(persona)
 
     async def run_turn(self, message: discord.Message, lock: ChannelLock) -> None:
         """One queued message, answered as one generation turn."""

@@ -145,9 +145,11 @@ def render_line(meta: dict[str, Any], content: str) -> str:
             who = f" by {', '.join(quoted_name(user) for user in users)}" if users else ""
             shown.append(f"{reaction['emoji']}x{reaction['count']}{who}")
         header += " | reactions: " + "; ".join(shown)
-    return f"{header}\n{quoted_lines(content)}"
+    # the names and the text, each neutralized, must not make a look-alike together either
+    return neutralize(f"{header}\n{quoted_lines(content)}")
 
 
 def tail_directive(text: str) -> dict[str, Any]:
-    """The engine's own directive item: the only place `[System: …]` text is produced."""
-    return {"role": "user", "type": "directive", "parts": [{"type": "text", "text": text}]}
+    """The engine's own directive item, in the system role, where no chat user writes (A4):
+    a user's look-alike of it is only ever user text."""
+    return {"role": "system", "type": "directive", "parts": [{"type": "text", "text": text}]}
