@@ -17,6 +17,7 @@ that must behave the same for all providers:
   config reads think tags (kind `openai` by default);
 - key rotation (G4, `keys.py`): an auth or rate-limit answer tries the provider's next key;
 - redirects are never followed: a 3xx is an error naming its status and target host;
+- a request dropped unanswered by a closing keep-alive connection is sent once more (P8);
 - a response read to the end returns its connection to the pool; any other ending closes
   the connection, so nothing outlives the pass.
 """
@@ -268,11 +269,25 @@ class SSEProvider(ABC):
         """POST the body; tool results may hold values JSON lacks (dates), sent as strings.
 
         Redirects are never followed: aiohttp would forward key headers other than
-        `Authorization` to the new host, and on 307/308 the whole prompt too."""
+        `Authorization` to the new host, and on 307/308 the whole prompt too.
+
+        A server may close an idle keep-alive connection just as the next request is written
+        into it (RFC 9112 §9.6; llama.cpp's server does, P8): a request the server dropped
+        before answering anything is sent once more, on a fresh connection."""
+        data = json.dumps(body, ensure_ascii=False, default=str).encode()
+        headers = {"Content-Type": "application/json", **self.headers(api_key)}
+        try:
+            return await self._post(data, headers)
+        except _DROPPED_UNANSWERED as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError):
+                raise  # no connection at all: nothing stale to replace
+            return await self._post(data, headers)
+
+    async def _post(self, data: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
         return await self._session.post(
             self.endpoint(),
-            data=json.dumps(body, ensure_ascii=False, default=str).encode(),
-            headers={"Content-Type": "application/json", **self.headers(api_key)},
+            data=data,
+            headers=headers,
             params=self.query() or None,
             timeout=self._timeout,
             allow_redirects=False,
@@ -353,6 +368,14 @@ def _decode(items: Iterable[SSEItem], decoder: StreamDecoder) -> Iterator[Provid
             yield KeepAlive("empty event")
         elif not decoder.done:
             yield from decoder.feed(item)
+
+
+_DROPPED_UNANSWERED = (
+    aiohttp.ServerDisconnectedError,  # closed as the request arrived
+    aiohttp.ClientConnectionResetError,  # closed before the headers were written
+    aiohttp.ClientOSError,  # "Can not write request body": closed under the body
+)
+"""How a closing keep-alive connection fails a request before any answer (P8)."""
 
 
 def _current_task_cancelled() -> bool:

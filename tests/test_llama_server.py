@@ -235,10 +235,10 @@ async def test_reasoning_content_goes_back_with_its_tool_call(
 ) -> None:
     """covers P5: the pass's reasoning_content rides on its call into the history and goes
     back on the tool-call turn; the server accepts it and its chat template renders it as
-    the turn's think block (llama.cpp's /apply-template shows the prompt it built). One
-    connection per request: three requests in a row on one pooled connection can meet the
-    server closing it."""
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+    the turn's think block (llama.cpp's /apply-template shows the prompt it built). Three
+    requests in a row on one pooled connection: the server may close it under the next one,
+    which the client sends again (P8)."""
+    async with aiohttp.ClientSession() as session:
         provider: SSEProvider = build_provider(
             config_for(think_tool_server.url, "openai", model="chain"), session)
         request = ask("weather in Paris?", tools=[WEATHER_TOOL])
@@ -251,7 +251,8 @@ async def test_reasoning_content_goes_back_with_its_tool_call(
                              tools=[WEATHER_TOOL])
         body = provider.request_body(follow)
         root = think_tool_server.url.removesuffix("/v1")
-        async with session.post(f"{root}/apply-template", json=body) as response:
+        async with aiohttp.ClientSession() as own, \
+                own.post(f"{root}/apply-template", json=body) as response:
             prompt = (await response.json())["prompt"]
         second = StreamSummary()
         async for event in provider.stream(follow, AbortSignal()):
