@@ -1,11 +1,13 @@
 """The Redis queue, lease and kill between two workers (two queues, two Redis connections)
 against a real redis-server (SPEC D3, D4, S7, S17). Order and exclusion are asserted on
 conditions the workers reach, not on time. What the worker decides by its own clock (when a
-lease it cannot renew counts as lost) runs in virtual time; Redis going away is real time."""
+lease it cannot renew counts as lost) runs in virtual time; Redis going away is real time.
+Records and signals read back from Redis are untrusted (V7)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -369,3 +371,92 @@ async def test_a_kill_without_the_wider_right_drops_only_the_users_own_queued_me
         a.release("m2")
         await a.queue.join("c1")
         assert log == [("start", "m1"), ("killed", "m1"), ("start", "m2"), ("end", "m2")]
+
+
+MALFORMED_RECORDS = [
+    '{"message_id": "m9", "channel_id": "c1"}',  # no author: a KeyError killed the worker
+    "not json at all",
+    "5",
+    '["m9", "c1", "1"]',
+    '{"message_id": {"x": 1}, "channel_id": "c1", "author": "1"}',
+    '{"message_id": "' + "9" * 500 + '", "channel_id": "c1", "author": "1"}',
+]
+
+
+async def test_a_malformed_queue_record_is_skipped_under_the_same_lease(
+        redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    # covers V7, D4: records read back from Redis are decoded defensively; each bad one is
+    # logged and skipped, and the worker goes on with the next record under the same lease
+    # (before, the first one killed the channel's worker, and the channel waited one lease
+    # lifetime for a takeover)
+    async with two_workers(redis_server) as (a, b, log):
+        await a.queue.submit("c1", Msg("m1", "c1"))
+        await a.wait_started("m1")
+        token = await a.queue.redis.hget("turn:lease:c1", "token")
+        await a.queue.redis.rpush("turn:queue:c1", *MALFORMED_RECORDS)
+        assert (await b.queue.submit("c1", Msg("m2", "c1"))).status == "queued"
+        a.release("m1")
+        await until(lambda: ("start", "m2") in log)
+        assert a.queue.busy("c1") and not b.queue.busy("c1")
+        assert await a.queue.redis.hget("turn:lease:c1", "token") == token
+        a.release("m2")
+        await a.queue.join("c1")
+        assert [entry for entry in log if entry[0] == "start"] == [("start", "m1"),
+                                                                  ("start", "m2")]
+    skipped = [r for r in caplog.records if "queued record is malformed" in r.getMessage()]
+    assert len(skipped) == len(MALFORMED_RECORDS)
+    assert all("9" * 100 not in r.getMessage() for r in skipped)
+
+
+async def test_a_malformed_record_at_the_head_of_a_free_or_lost_channel_is_skipped(
+        redis_server: RedisServer) -> None:
+    # covers V7, D4: the record a free channel starts with (left by a crashed owner) and the
+    # one a takeover starts with are read as defensively as the next one
+    async with two_workers(redis_server) as (a, b, log):
+        await a.queue.redis.rpush("turn:queue:c2", "{broken")
+        submitted = await a.queue.submit("c2", Msg("m3", "c2"))
+        assert submitted.accepted
+        await a.wait_started("m3")
+        a.release("m3")
+        await a.queue.join("c2")
+        await a.queue.redis.rpush("turn:queue:c3", '{"author": 1}',
+                                  QueuedRecord("m4", "c3", "1").to_json())
+        await a.queue.redis.zadd("turn:leases", {"c3": 0})  # an owner that vanished
+        assert await b.queue.take_over() == 1
+        await b.wait_started("m4")
+        b.release("m4")
+        await b.queue.join("c3")
+        assert [m for e, m in log if e == "start"] == ["m3", "m4"]
+
+
+async def test_a_signal_for_another_turns_fence_is_ignored(redis_server: RedisServer) -> None:
+    # covers V7, D3, S17: a kill or follow-up names the fence of the turn it targets; one
+    # replayed from an earlier turn of the channel, or naming none, stops nothing
+    async with two_workers(redis_server) as (a, b, log):
+        await a.queue.submit("c1", Msg("m1", "c1"))
+        await a.wait_started("m1")
+        a.release("m1")
+        await a.queue.join("c1")
+        await a.queue.submit("c1", Msg("m2", "c1", author="7"))
+        await a.wait_started("m2")
+        fence = int(await a.queue.redis.hget("turn:lease:c1", "fence") or 0)
+        inbox = "turn:worker:A"
+        for stale in ({"op": "kill", "channel": "c1"},
+                      {"op": "kill", "channel": "c1", "fence": fence - 1},
+                      {"op": "follow_up", "channel": "c1", "author": "7", "fence": fence - 1},
+                      {"op": "kill", "channel": "c1", "fence": True},
+                      {"op": "kill", "channel": ["c1"], "fence": fence}):
+            await a.queue.redis.publish(inbox, json.dumps(stale))
+        await a.queue.redis.publish(inbox, json.dumps(
+            {"op": "follow_up", "channel": "c1", "author": "7", "fence": fence}))
+        await until(lambda: bool(a.follow_ups))  # pub/sub keeps order: all were read
+        lock = a.registry.get("c1")
+        assert lock is not None and not lock.stop_requested
+        assert a.follow_ups == [("c1", 7)]
+        assert ("killed", "m2") not in log
+        outcome = await b.queue.kill("c1", interaction_id="i9")  # names the running fence
+        assert outcome.running
+        await a.queue.join("c1")
+        assert log[-1] == ("killed", "m2")
+        assert a.queue.stale_signals == 2
+

@@ -7,6 +7,11 @@ script after each. The turn itself runs here exactly as in-process: a local `Cha
 (touch, watchdog, stale release, kill handles) backed by the lease. A lease that lapses (the
 worker crashed) is taken over by another worker, which runs the rest of the queue in order;
 the turn that was in flight is lost, not retried — part of it is already in Discord.
+
+Nothing read back from Redis is trusted (V7): a queued record that is not the JSON object
+this module writes (not JSON, a field missing or of another type) is logged and skipped, and
+the worker goes on with the next record under the same lease. A `/kill` or follow-up signal
+names the fence of the turn it targets, and is ignored by any other turn.
 """
 
 from __future__ import annotations
@@ -60,6 +65,24 @@ UNAVAILABLE_TEXT = (
 )
 
 
+MAX_ID_CHARS = 64
+"""Discord ids are 20 digits at most; an id field longer than this is not one of ours."""
+
+
+class BadRecord(ValueError):
+    """A queue record that is not what `QueuedRecord.to_json` writes; the message says why
+    in a few words, never quoting the record."""
+
+
+def _id_field(data: dict[str, object], name: str) -> str:
+    value = data.get(name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS:
+        raise BadRecord(f"{name} missing or not an id")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class QueuedRecord:
     """A queued message as Redis holds it: plain ids, not a `discord.Message`."""
@@ -73,9 +96,18 @@ class QueuedRecord:
                            "author": self.author}, separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, raw: bytes | str) -> QueuedRecord:
-        data = json.loads(raw)
-        return cls(str(data["message_id"]), str(data["channel_id"]), str(data["author"]))
+    def from_json(cls, raw: object) -> QueuedRecord:
+        """The record `raw` holds; BadRecord for anything else."""
+        if not isinstance(raw, (bytes, str)):
+            raise BadRecord("not a string")
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise BadRecord("not JSON") from None
+        if not isinstance(data, dict):
+            raise BadRecord("not a JSON object")
+        return cls(_id_field(data, "message_id"), _id_field(data, "channel_id"),
+                   _id_field(data, "author"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +136,24 @@ def default_worker_id() -> str:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _count(value: object) -> int:
+    """A count a script read from Redis (a chain or a queue length); 0 when it is none."""
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    if isinstance(value, int):
+        return max(0, value)
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else 0
+
+
+def _decoded(channel_id: str, raw: object) -> QueuedRecord | None:
+    """The record, or None (logged) for one that is not a record: the caller skips it."""
+    try:
+        return QueuedRecord.from_json(raw)
+    except BadRecord as exc:
+        log.warning("channel %s: a queued record is malformed (%s); skipped", channel_id, exc)
+        return None
 
 
 class RedisChannelQueue(Generic[M]):
@@ -159,6 +209,8 @@ class RedisChannelQueue(Generic[M]):
         self.running: dict[str, RunningTurn] = {}
         """The channels this worker runs a turn in now, with the turn's fence."""
         self.taken_over = 0
+        self.stale_signals = 0
+        """Signals ignored because they named another turn's fence."""
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -231,11 +283,11 @@ class RedisChannelQueue(Generic[M]):
         if status == "queued":
             self._remember(message, record)
             return Submission("queued", position=int(reply[1]))
-        waiting, fence, head = int(reply[1]), int(reply[2]), QueuedRecord.from_json(reply[3])
+        waiting, fence, head = int(reply[1]), int(reply[2]), _decoded(channel_id, reply[3])
         self._remember(message, record)
         lease = Lease(channel_id, token, fence, self.timings.valid_until(sent_at))
-        self._spawn(lease, head, int(reply[4]))
-        if head.message_id == record.message_id:
+        self._spawn(lease, head, _count(reply[4]))
+        if head is not None and head.message_id == record.message_id:
             return Submission("started")
         return Submission("queued", position=waiting)
 
@@ -274,17 +326,20 @@ class RedisChannelQueue(Generic[M]):
         while len(self._local) > LOCAL_MESSAGES:
             self._local.popitem(last=False)
 
-    def _spawn(self, lease: Lease, head: QueuedRecord, chain: int) -> None:
+    def _spawn(self, lease: Lease, head: QueuedRecord | None, chain: int) -> None:
         self.keeper.add(lease)
         self._workers[lease.channel_id] = asyncio.create_task(
             self._work(lease, head, chain), name=f"redis-queue:{lease.channel_id}")
 
-    async def _work(self, lease: Lease, record: QueuedRecord, chain: int) -> None:
+    async def _work(self, lease: Lease, record: QueuedRecord | None, chain: int) -> None:
+        """Run the channel's records in order while the lease holds; a malformed record
+        (None) is skipped, and the next one popped under the same lease."""
         current_lease.set(lease)  # the turn's tasks inherit it: the send gate reads it
         channel_id = lease.channel_id
         try:
             while True:
-                interrupts = await self._run_record(lease, record, chain)
+                interrupts = chain if record is None else \
+                    await self._run_record(lease, record, chain)
                 if self._draining:
                     await self._give_back([lease])
                     return
@@ -331,9 +386,11 @@ class RedisChannelQueue(Generic[M]):
         except Exception:
             log.exception("channel %s: turn failed", lock.channel_id)
 
-    async def _next(self, lease: Lease, interrupts: int) -> tuple[QueuedRecord, int] | None:
-        """Pop the channel's next record under the lease, or release it when none is left.
-        Retries while Redis is unreachable and the lease still holds locally."""
+    async def _next(self, lease: Lease, interrupts: int
+                    ) -> tuple[QueuedRecord | None, int] | None:
+        """Pop the channel's next record under the lease (None for a malformed one), or
+        release it when none is left. Retries while Redis is unreachable and the lease still
+        holds locally."""
         loop = asyncio.get_running_loop()
         while True:
             if lease.lost:
@@ -362,7 +419,7 @@ class RedisChannelQueue(Generic[M]):
         lease.fence = int(reply[1])
         lease.stop = False
         lease.valid_until = self.timings.valid_until(sent_at)
-        return QueuedRecord.from_json(reply[2]), int(reply[3])
+        return _decoded(lease.channel_id, reply[2]), _count(reply[3])
 
     async def _give_back(self, leases: list[Lease]) -> None:
         """On shutdown: hand the leases over, so other workers run what is queued at once."""
@@ -387,14 +444,26 @@ class RedisChannelQueue(Generic[M]):
         if self.keeper.get(lease.channel_id) is lease:
             self._registry.request_stop(lease.channel_id)
 
-    def _on_kill(self, channel_id: str) -> None:
+    def _targeted(self, what: str, channel_id: str, fence: int) -> Lease | None:
+        """The lease a signal targets: this worker's for the channel, running the turn of
+        `fence`. A signal for an earlier turn (late, or replayed) is ignored."""
         lease = self.keeper.get(channel_id)
+        if lease is None or lease.fence != fence:
+            self.stale_signals += 1
+            log.info("channel %s: %s for fence %d ignored (running: %s)", channel_id, what,
+                     fence, "none" if lease is None else f"fence {lease.fence}")
+            return None
+        return lease
+
+    def _on_kill(self, channel_id: str, fence: int) -> None:
+        lease = self._targeted("kill", channel_id, fence)
         if lease is not None:
             lease.stop = True
             self._registry.request_stop(channel_id)
 
-    def _follow_up(self, channel_id: str, author_id: int) -> None:
-        if self._on_follow_up is not None and self.keeper.get(channel_id) is not None:
+    def _follow_up(self, channel_id: str, author_id: int, fence: int) -> None:
+        if self._on_follow_up is not None and \
+                self._targeted("follow-up", channel_id, fence) is not None:
             self._on_follow_up(channel_id, author_id)
 
     async def upkeep_once(self) -> None:
@@ -416,7 +485,7 @@ class RedisChannelQueue(Generic[M]):
             channel_id = _text(channel)
             log.warning("channel %s: lease of a lost worker taken over", channel_id)
             lease = Lease(channel_id, _text(token), int(fence), self.timings.valid_until(sent_at))
-            self._spawn(lease, QueuedRecord.from_json(head), int(chain))
+            self._spawn(lease, _decoded(channel_id, head), _count(chain))
         self.taken_over += len(taken)
         return len(taken)
 

@@ -11,7 +11,8 @@ Keys, under a prefix `P` (default `turn:`), for a channel `C`:
 - `P leases` — sorted set C -> lease expiry (ms, Redis clock), where takeover looks.
 - `P seen:ID` — a delivered message or interaction id, for deduplication.
 - `P refused:C:U` — user U was told C's queue is full (one polite refusal per window).
-- channel `P worker:W` — pub/sub of worker W: {"op": "kill"|"follow_up", ...}.
+- channel `P worker:W` — pub/sub of worker W: {"op": "kill"|"follow_up", "channel": C,
+  "fence": F, ...}, F the fence of the turn the signal is meant for.
 
 Times come from the Redis server's clock (`TIME`), so workers' clocks never disagree about
 a lease. Keys are built inside the scripts from the prefix: one Redis, not Redis Cluster.
@@ -27,8 +28,12 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 _START_TURN = """
 local function start_turn(p, ch, worker, token, ttl, now, record)
   local fence = redis.call('INCR', p .. 'fence:' .. ch)
-  local author = cjson.decode(record)['author'] or ''
-  local message = cjson.decode(record)['message_id'] or ''
+  -- A malformed record starts a turn too (the worker skips it): read it defensively.
+  local ok, decoded = pcall(cjson.decode, record)
+  if not ok or type(decoded) ~= 'table' then decoded = {} end
+  local author, message = decoded['author'], decoded['message_id']
+  if type(author) ~= 'string' and type(author) ~= 'number' then author = '' end
+  if type(message) ~= 'string' and type(message) ~= 'number' then message = '' end
   redis.call('HSET', p .. 'lease:' .. ch, 'worker', worker, 'token', token, 'fence', fence,
              'author', author, 'message', message, 'stop', '0', 'renewed_at', now)
   redis.call('PEXPIRE', p .. 'lease:' .. ch, ttl)
@@ -52,7 +57,7 @@ end
 local lease = p .. 'lease:' .. ch
 local queue = p .. 'queue:' .. ch
 if redis.call('EXISTS', lease) == 1 then
-  local held = redis.call('HMGET', lease, 'stop', 'worker', 'author')
+  local held = redis.call('HMGET', lease, 'stop', 'worker', 'author', 'fence')
   if held[1] == '1' then return {'stopping'} end
   local waiting = redis.call('LLEN', queue)
   if waiting >= max_queued then
@@ -62,8 +67,8 @@ if redis.call('EXISTS', lease) == 1 then
   end
   redis.call('RPUSH', queue, record)
   if held[3] == ARGV[9] then
-    redis.call('PUBLISH', p .. 'worker:' .. held[2],
-               cjson.encode({op = 'follow_up', channel = ch, author = ARGV[9]}))
+    redis.call('PUBLISH', p .. 'worker:' .. held[2], cjson.encode(
+      {op = 'follow_up', channel = ch, author = ARGV[9], fence = tonumber(held[4])}))
   end
   return {'queued', waiting + 1}
 end
@@ -150,7 +155,7 @@ KILL = """
 local p, ch = ARGV[1], ARGV[2]
 local lease = p .. 'lease:' .. ch
 local queue = p .. 'queue:' .. ch
-local held = redis.call('HMGET', lease, 'worker', 'author')
+local held = redis.call('HMGET', lease, 'worker', 'author', 'fence')
 local privileged = ARGV[6] == '1'
 local mine = {}
 if not privileged then
@@ -176,7 +181,8 @@ else
 end
 if not held[1] then return {'done', 0, dropped} end
 redis.call('HSET', lease, 'stop', '1')
-redis.call('PUBLISH', p .. 'worker:' .. held[1], cjson.encode({op = 'kill', channel = ch}))
+redis.call('PUBLISH', p .. 'worker:' .. held[1],
+           cjson.encode({op = 'kill', channel = ch, fence = tonumber(held[3])}))
 return {'done', 1, dropped}
 """
 

@@ -1,6 +1,11 @@
 """A worker's pub/sub inbox: /kill and follow-ups published by the scripts of other
 processes reach the lease owner here. Pub/sub may drop a message (a reconnect, a slow
-reader); the stop flag also comes back with the next renewal, so a kill is never lost."""
+reader); the stop flag also comes back with the next renewal, so a kill is never lost.
+
+A signal is `{"op": "kill", "channel": C, "fence": F}` or `{"op": "follow_up", "channel":
+C, "author": A, "fence": F}`; F names the turn it was meant for (the lease's fencing token
+then), so a late or replayed one cannot act on a later turn of the channel (V7). Anything
+else is logged and dropped."""
 
 from __future__ import annotations
 
@@ -26,8 +31,8 @@ class WorkerInbox:
         redis: Redis,
         channel: str,
         *,
-        on_kill: Callable[[str], None],
-        on_follow_up: Callable[[str, int], None],
+        on_kill: Callable[[str, int], None],
+        on_follow_up: Callable[[str, int, int], None],
     ) -> None:
         self._redis = redis
         self.channel = channel
@@ -36,6 +41,7 @@ class WorkerInbox:
         self._task: asyncio.Task[None] | None = None
         self.subscribed = asyncio.Event()
         self.received = 0
+        self.dropped = 0
 
     async def start(self) -> None:
         """Start listening; returns once subscribed (or after the first failure, which the
@@ -69,16 +75,37 @@ class WorkerInbox:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
             await asyncio.sleep(RECONNECT_DELAY_S)
 
-    def dispatch(self, data: bytes | str) -> None:
+    def dispatch(self, data: object) -> None:
         """Act on one signal; a malformed one is logged and dropped."""
         try:
-            signal: dict[str, Any] = json.loads(data)
-            channel_id = str(signal["channel"])
-            if signal["op"] == "kill":
+            signal = json.loads(data) if isinstance(data, (bytes, str)) else None
+            if not isinstance(signal, dict):
+                raise ValueError("not a JSON object")
+            op, channel_id = signal.get("op"), signal.get("channel")
+            if not isinstance(channel_id, str) or not channel_id or len(channel_id) > 64:
+                raise ValueError("channel missing or not an id")
+            fence = int(_whole(signal, "fence"))
+            if op == "kill":
                 self.received += 1
-                self._on_kill(channel_id)
-            elif signal["op"] == "follow_up":
+                self._on_kill(channel_id, fence)
+            elif op == "follow_up":
+                author = int(_whole(signal, "author"))
                 self.received += 1
-                self._on_follow_up(channel_id, int(signal["author"]))
-        except (ValueError, KeyError, TypeError):
-            log.warning("worker inbox %s: malformed signal dropped", self.channel)
+                self._on_follow_up(channel_id, author, fence)
+            else:
+                raise ValueError("unknown op")
+        except (ValueError, RecursionError) as exc:
+            self.dropped += 1
+            log.warning("worker inbox %s: malformed signal dropped (%s)", self.channel,
+                        str(exc)[:80])
+
+
+def _whole(signal: dict[str, Any], name: str) -> str:
+    """A field that must be a whole number (an id, a fence), as its digits."""
+    value = signal.get(name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not (value.isascii() and value.isdigit()) \
+            or len(value) > 20:
+        raise ValueError(f"{name} missing or not a whole number")
+    return value
