@@ -17,7 +17,9 @@ prometheus-client). It attaches through the turn's one observer slot:
 `TelemetryConfig` (pydantic, frozen): `traces` (bool), `otlp_endpoint` (str | None; unset →
 the OTEL_EXPORTER_OTLP_* variables), `service_name`, `trace_sample_ratio` (0-1, default 1:
 the share of turns traced), `metrics` (bool), `metrics_host`
-(default 127.0.0.1), `metrics_port` (default 9464; 0 picks a free port). `build_telemetry`
+(default 127.0.0.1), `metrics_port` (default 9464; 0 picks a free port),
+`metrics_allowed_hosts` (host names the endpoint answers to besides localhost and IP
+addresses). `build_telemetry`
 also takes a `tracer_provider` (use the process's own), a `span_exporter` (the tests pass
 the SDK's InMemorySpanExporter) and a prometheus `registry`. What is exported is described
 in `tracing` (the span tree and its GenAI attributes) and `metrics` (the metric names).

@@ -25,6 +25,10 @@ class TelemetryConfig(BaseModel):
     metrics: bool = False
     metrics_host: str = "127.0.0.1"
     """The scrape endpoint listens on this machine only unless told otherwise."""
+    metrics_allowed_hosts: tuple[str, ...] = ()
+    """Host names the endpoint answers to besides `localhost` and IP addresses (the name a
+    scraper in the same network calls it by); any other name is refused, so a web page
+    cannot read it by DNS rebinding (V4)."""
     metrics_port: int = Field(default=9464, ge=0, le=65535)
 
     @property

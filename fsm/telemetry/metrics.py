@@ -16,18 +16,35 @@ count apart). Names, all prefixed `turn_engine_`:
 - `active_turns` — turns between their first transition and their terminal state;
 - `queue_depth` — messages waiting in channel queues, read from a callable the bot hands
   over (`TurnMetrics.track_queue_depth`), or set directly.
+
+Every label value comes from a closed set (V1): states, statuses, timer phases, tool
+outcomes and table triggers are the engine's own names, a tool is one registered with the
+turn's registry, and anything else is `unknown`; the model label (the operator's providers)
+is kept to the first `MAX_MODELS` seen. Each value is cut to `MAX_LABEL_CHARS`. A model that
+invents tool names, or a name of 100,000 characters, adds no series. The endpoint answers
+behind the same guard as the review page (`fsm.local_http`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Iterable
+from typing import TYPE_CHECKING, get_args
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
-from .follow import PassFacts, StateVisit, TurnEnd, provider_and_model
+from ..engine.result import TurnStatus
+from ..engine.table import STATES, TABLE
+from ..local_http import HostPolicy, local_guard
+from .follow import (
+    TIMEOUT_PHASE_BY_EVENT,
+    PassFacts,
+    StateVisit,
+    ToolOutcome,
+    TurnEnd,
+    provider_and_model,
+)
 
 if TYPE_CHECKING:
     from ..engine.turn import Turn
@@ -35,6 +52,42 @@ if TYPE_CHECKING:
 NAMESPACE = "turn_engine"
 KILL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 DURATION_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+UNKNOWN = "unknown"
+MAX_LABEL_CHARS = 64
+MAX_MODELS = 32
+STATE_NAMES = frozenset(s.value for s in STATES)
+STATUSES = frozenset(get_args(TurnStatus))
+PHASES = frozenset(TIMEOUT_PHASE_BY_EVENT.values())
+TOOL_OUTCOMES = frozenset(get_args(ToolOutcome))
+TRIGGERS = frozenset(edge.trigger for edge in TABLE)
+TOKEN_TYPES = frozenset({"input", "output"})
+
+
+def closed(value: object, allowed: Collection[str]) -> str:
+    """`value` when it is one of `allowed`, else `unknown`; never longer than
+    `MAX_LABEL_CHARS` (V1)."""
+    return value[:MAX_LABEL_CHARS] if isinstance(value, str) and value in allowed else UNKNOWN
+
+
+class _FirstSeen:
+    """A label fed by configuration rather than by the engine (the model names): the first
+    `limit` values seen stay themselves, later ones are `unknown`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.seen: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        value = value[:MAX_LABEL_CHARS]
+        if value not in self.seen and len(self.seen) < self.limit:
+            self.seen.add(value)
+        return value if value in self.seen else UNKNOWN
+
+
+def _tool_names(turn: Turn) -> frozenset[str]:
+    tools = getattr(turn, "tools", None)
+    names: Iterable[str] = tools.names() if tools is not None else ()
+    return frozenset(names)
 
 
 class TurnMetrics:
@@ -65,6 +118,7 @@ class TurnMetrics:
                                   registry=r)
         self.queue_depth = Gauge("queue_depth", "Messages waiting in channel queues",
                                  namespace=NAMESPACE, registry=r)
+        self._model = _FirstSeen(MAX_MODELS)
 
     def track_queue_depth(self, depth: Callable[[], float]) -> None:
         """Read the queue depth from `depth` at every scrape (the bot's channel queue)."""
@@ -80,30 +134,36 @@ class TurnMetrics:
         self.active_turns.inc()
 
     def state_left(self, turn: Turn, visit: StateVisit) -> None:
+        if not visit.tool_calls:
+            return
+        registered = _tool_names(turn)
         for call in visit.tool_calls:
-            self.tool_calls.labels(call.name, call.outcome).inc()
+            tool, outcome = closed(call.name, registered), closed(call.outcome, TOOL_OUTCOMES)
+            self.tool_calls.labels(tool, outcome).inc()
             if call.outcome not in ("ok", "restart"):
-                self.tool_errors.labels(call.name, call.outcome).inc()
+                self.tool_errors.labels(tool, outcome).inc()
 
     def pass_started(self, turn: Turn, index: int, at: float) -> None:
         return None
 
     def pass_ended(self, turn: Turn, facts: PassFacts) -> None:
         provider, model = provider_and_model(turn.provider.name)
-        label = model or provider
-        self.provider_calls.labels(label, facts.ended_by).inc()
+        label = self._model(model or provider)
+        self.provider_calls.labels(label, closed(facts.ended_by, TRIGGERS)).inc()
         usage = facts.result.usage if facts.result is not None else None
         for key, kind in (("input_tokens", "input"), ("output_tokens", "output")):
-            if usage and usage.get(key):
-                self.tokens.labels(label, kind).inc(usage[key])
+            count = usage.get(key) if usage else None
+            if isinstance(count, int) and count > 0:
+                self.tokens.labels(label, closed(kind, TOKEN_TYPES)).inc(count)
 
     def timed_out(self, turn: Turn, phase: str, at: float) -> None:
-        self.timeouts.labels(phase).inc()
+        self.timeouts.labels(closed(phase, PHASES)).inc()
 
     def turn_ended(self, turn: Turn, end: TurnEnd) -> None:
         self.active_turns.dec()
-        self.turns.labels(end.state, end.status).inc()
-        self.turn_duration.labels(end.state).observe(end.at)
+        state = closed(end.state, STATE_NAMES)
+        self.turns.labels(state, closed(end.status, STATUSES)).inc()
+        self.turn_duration.labels(state).observe(end.at)
         if end.kill_latency is not None:
             self.kill_latency.observe(end.kill_latency)
 
@@ -117,17 +177,22 @@ async def _scrape(request: web.Request) -> web.Response:
 
 
 class MetricsServer:
-    """`GET /metrics` over HTTP on the event loop the bot already runs (aiohttp)."""
+    """`GET /metrics` over HTTP on the event loop the bot already runs (aiohttp), answering
+    only to a Host this machine is called by (`allowed_hosts`: names besides `localhost` and
+    IP addresses, e.g. the service name a Prometheus in the same network scrapes)."""
 
-    def __init__(self, metrics: TurnMetrics, host: str = "127.0.0.1", port: int = 9464) -> None:
+    def __init__(self, metrics: TurnMetrics, host: str = "127.0.0.1", port: int = 9464,
+                 allowed_hosts: Iterable[str] = ()) -> None:
         self.metrics = metrics
         self.host = host
         self.port = port
+        self.policy = HostPolicy.for_bind(host, allowed_hosts)
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> str:
         """Listen; returns the scrape URL (with the real port when `port` was 0)."""
-        app = web.Application()
+        app = web.Application(middlewares=[local_guard(self.policy,
+                                                       what="metrics endpoint")])
         app[METRICS] = self.metrics
         app.router.add_get("/metrics", _scrape)
         runner = web.AppRunner(app, access_log=None)

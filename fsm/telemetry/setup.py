@@ -100,7 +100,8 @@ def build_telemetry(config: TelemetryConfig, *, tracer_provider: Any = None,
             raise TelemetryUnavailable(f"telemetry.metrics is on but prometheus-client is not "
                                        f"installed: {EXTRA}") from None
         metrics = TurnMetrics(registry)
-        server = MetricsServer(metrics, config.metrics_host, config.metrics_port)
+        server = MetricsServer(metrics, config.metrics_host, config.metrics_port,
+                               config.metrics_allowed_hosts)
         listeners.append(metrics)
     return Telemetry(observer=TurnFollower(*listeners), metrics=metrics, server=server,
                      tracer_provider=owned)
