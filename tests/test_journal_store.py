@@ -127,8 +127,8 @@ def test_journals_are_compact_json_that_every_reader_reads(tmp_path: Path) -> No
     assert fsm_main(["inspect", *written]) == 0
     assert fsm_main(["diagram", "--journal", written[0], "--out", str(tmp_path / "d"),
                      "--markdown", str(tmp_path / "d.md")]) == 0  # graphviz: scripts/setup.sh
-    rows, problems = Catalog(store_dir).scan()
-    assert problems == [] and len(rows) == len(written)
+    scan = Catalog(store_dir).scan()
+    assert scan.problems == [] and len(scan.rows) == len(written)
 
 
 def test_compact_encoding_keeps_bytes_objects_and_lone_surrogates() -> None:

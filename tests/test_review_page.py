@@ -135,11 +135,24 @@ async def test_bad_requests_get_one_line_answers(server: TestServer) -> None:
     assert (await _get(server, "/", Host="localhost:8018"))[0] == 200
 
 
+def text_at(told: dict[str, Any], t: float) -> str:
+    """The text delivered by time `t`, rebuilt from the story as review.js rebuilds it."""
+    out = ""
+    for p in told["passes"]:
+        if p["start"] > t:
+            continue
+        if p["end"] is not None and t >= p["end"] and p["text"] is not None:
+            out += p["text"]
+        else:
+            out += "".join(text for at, text in p["chunks"] if at <= t)
+    return out
+
+
 def test_story_shows_the_text_delivered_at_each_transition(journals: Path) -> None:
     # covers issue 18 item 2 (step-through): R1/R9 restart then the next pass; S10/S13 a
     # timed-out pass keeps what landed as it settled
     restart = story(load_journal(journals / "03_context_restart.json"))
-    steps = [(s["event"], s["pass"], s["text"]) for s in restart["steps"]]
+    steps = [(s["event"], s["pass"], text_at(restart, s["t"])) for s in restart["steps"]]
     assert steps == [
         ("begin", 1, ""), ("tool_call", 1, ""), ("restart_requested", None, ""),
         ("restart", None, ""), ("begin", 2, ""),
@@ -149,7 +162,7 @@ def test_story_shows_the_text_delivered_at_each_transition(journals: Path) -> No
     assert restart["tools"][0]["outcome"]["success"] is True
     assert [r["event"] for r in restart["restarts"]] == ["restart_requested", "restart"]
     timeout = story(load_journal(journals / "04_idle_timeout.json"))
-    by_event = {s["event"]: s["text"] for s in timeout["steps"]}
+    by_event = {s["event"]: text_at(timeout, s["t"]) for s in timeout["steps"]}
     assert by_event["first_token"] == "The three reasons are"
     assert by_event["settled"] == "The three reasons are first,"
     assert timeout["passes"][0]["ended_by"] == "settled"

@@ -11,6 +11,12 @@ Every (trigger, source, dest) of the table is drawn exactly once, and the DOT sa
 drawn element carries it: a `// key TRIGGER SOURCE -> DEST` comment precedes the element, and
 an edge that carries a single key has the id `TRIGGER:SOURCE:DEST`. Output is deterministic
 (table order, no timestamps) so the committed DOT and markdown can be checked for drift.
+
+A journal is untrusted input (V2): its events must be triggers of the table and its states
+states of the table, so they can name elements; any other string of it (the turn's name, its
+status) enters the DOT only inside an escaped label, printable and cut to `MAX_TEXT_CHARS`. A
+drawing's size is bounded whatever the journal holds: at most `MAX_UNDECLARED` transitions the
+table does not declare are drawn, and an edge lists at most `MAX_STEPS_SHOWN` of its steps.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import argparse
 import html
 import math
 import sys
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +46,7 @@ from ..engine.table import (
     State,
 )
 from ..scenarios.format import ScenarioError
-from .inspect import EdgeKey, Journal, load_journal, summarize, time_in_states
+from .inspect import EdgeKey, Journal, displayable, load_journal, summarize, time_in_states
 
 REFRESH_COMMAND = "python -m fsm diagram"
 MACHINE_PREFIX = Path("diagrams/turn")
@@ -73,6 +80,11 @@ VISITED = "#00897b"
 VISITED_FILL = "#b2dfdb"
 HEAT = ("#f4a259", "#ee8434", "#e4572e", "#c7302a", "#9e1b1b", "#6b0f0f")
 """Heat-map colours from taken once to taken most often (log scale)."""
+TRIGGERS = frozenset(edge.trigger for edge in TABLE)
+MAX_TEXT_CHARS = 120
+MAX_UNDECLARED = 12
+MAX_STEPS_SHOWN = 8
+_AS_SPACE = frozenset({"Cc", "Zl", "Zp", "Zs"})
 
 _CLUSTERS: dict[str, tuple[str, str, tuple[State, ...]]] = {
     "cluster_running": ("running states", "every running state", NON_TERMINAL),
@@ -187,8 +199,12 @@ def overlay_of(journals: Sequence[Journal]) -> Overlay:
         for index, tr in enumerate(journal.transitions):
             for name in (tr.source, tr.dest):
                 if name not in known:
-                    raise ScenarioError(f"{journal.source}: journal[{index}]: {name!r} is not "
-                                        "a state of fsm/table.py")
+                    raise ScenarioError(f"{journal.source}: journal[{index}]: "
+                                        f"{dot_text(name, 40)!r} is not a state of fsm/table.py")
+            if tr.event not in TRIGGERS:
+                raise ScenarioError(f"{journal.source}: journal[{index}].event: "
+                                    f"{dot_text(tr.event, 40)!r} is not a trigger of "
+                                    "fsm/table.py")
             overlay.counts[tr.key] += 1
             overlay.taken.setdefault(tr.key, []).append((index + 1, tr.t))
             if tr.dest != tr.source:
@@ -198,12 +214,24 @@ def overlay_of(journals: Sequence[Journal]) -> Overlay:
         only = journals[0]
         overlay.spent = time_in_states(only)[0]
         status = only.result.get("status", "?")
-        overlay.title = (f"{only.name}: {len(only.transitions)} transitions, ended "
-                         f"{only.final_state} ({status}) at {_secs(only.duration)}")
+        overlay.title = (f"{dot_text(only.name)}: {len(only.transitions)} transitions, ended "
+                         f"{dot_text(only.final_state, 40)} ({dot_text(status, 40)}) at "
+                         f"{_secs(only.duration)}")
     else:
         overlay.title = (f"{len(journals)} journals, {sum(overlay.counts.values())} transitions: "
-                         + ", ".join(f"{n}× {s}" for s, n in sorted(overlay.ended.items())))
+                         + ", ".join(f"{n}× {dot_text(s, 40)}"
+                                     for s, n in sorted(overlay.ended.items())))
     return overlay
+
+
+def dot_text(value: object, limit: int = MAX_TEXT_CHARS) -> str:
+    """A journal string as a drawing may show it: printable (line breaks and other controls
+    become spaces; format, private and unassigned characters U+FFFD), at most `limit`
+    characters."""
+    text = displayable(value if isinstance(value, str) else str(value))
+    shown = "".join(c if c.isprintable() else " " if unicodedata.category(c) in _AS_SPACE
+                    else "\ufffd" for c in text[:limit + 1])
+    return shown if len(shown) <= limit else shown[:limit - 1] + "…"
 
 
 def _secs(t: float) -> str:
@@ -420,8 +448,13 @@ def _add_taken_edges(graph: graphviz.Digraph, rows: list[Row], overlay: Overlay)
     (one journal) or how often it was taken (several)."""
     by_key = {row.key: row for row in rows}
     top = max(overlay.counts.values(), default=1)
+    undeclared = 0
     for key, count in overlay.counts.items():
         row = by_key.get(key)
+        if row is None:
+            undeclared += 1
+            if undeclared > MAX_UNDECLARED:
+                continue
         _key_comments(graph, [key])
         style = dict(KIND_STYLE[row.edge.kind if row is not None else "error"])
         name = row.label if row is not None else key[0]
@@ -432,7 +465,10 @@ def _add_taken_edges(graph: graphviz.Digraph, rows: list[Row], overlay: Overlay)
             width = f"{1.5 + 4 * heat:.2f}"
         else:
             colour = VISITED
-            steps = ", ".join(f"#{n} @{_secs(t)}" for n, t in overlay.taken[key])
+            taken = overlay.taken[key]
+            steps = ", ".join(f"#{n} @{_secs(t)}" for n, t in taken[:MAX_STEPS_SHOWN])
+            if len(taken) > MAX_STEPS_SHOWN:
+                steps += f" and {len(taken) - MAX_STEPS_SHOWN} more"
             label = name + NEWLINE + steps
             width = "3"
         if row is None:
@@ -453,6 +489,11 @@ def build_graph(overlay: Overlay | None = None) -> graphviz.Digraph:
         note = ("edge colour and width: how often the journals took it; grey: never taken"
                 if overlay.heat else
                 "teal: taken (#order @time from the start of the turn); grey: not taken")
+    if overlay is not None:
+        declared = {row.key for row in rows}
+        hidden = sum(1 for key in overlay.counts if key not in declared) - MAX_UNDECLARED
+        if hidden > 0:
+            note += f"; {hidden} more transitions not in fsm/table.py are not drawn"
     graph = _new_graph(title, legend=overlay is None, note=note)
     _add_states(graph, rows, overlay)
     _add_table_edges(graph, rows, overlay)

@@ -5,11 +5,16 @@ the turns that timed out yesterday, the ones that called a tool, the one that sa
 folder is rescanned on every listing (a stat per file), and a file is parsed again only when
 its size or modification time changed, so journals written while the page is open show up.
 A file that is not a readable journal is listed as a problem with a one-line reason, never
-dropped silently.
+dropped silently, and never fails the listing (V5): every field is type-checked where it is
+read, a file larger than the page's budget is not parsed, and a link that leads out of the
+folder is not followed. A listing reads new files for a bounded time (`scan(budget_s)`) and
+counts the rest as pending, so a folder of many large files never holds one request long.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -72,8 +77,26 @@ class Problem:
     error: str
 
 
+class NotListed(LookupError):
+    """An id the folder does not list (or lists as a problem): nothing outside is read."""
+
+
+class TooLarge(ValueError):
+    """A journal over the page's size budget."""
+
+
 def _strings(value: Any) -> list[str]:
-    return [str(v) for v in value] if isinstance(value, list) else []
+    """The strings of a JSON list; anything else (a number where a list belongs, a list of
+    objects) gives none."""
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _string(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _texts(value: Any) -> list[str]:
@@ -91,7 +114,8 @@ def tools_of(journal: Journal) -> list[str]:
     """The tools the turn called, in order of first call, from its result."""
     result = journal.result
     names = _strings(result.get("function_history"))
-    for info in result.get("pass_results") or []:
+    infos = result.get("pass_results")
+    for info in infos if isinstance(infos, list) else []:
         if isinstance(info, dict):
             names += _strings(info.get("tool_calls"))
     return list(dict.fromkeys(n for n in names if n))
@@ -104,21 +128,22 @@ def row_of(journal: Journal, row_id: str, recorded: datetime) -> Row:
     deferred = result.get("deferred_notice")
     if isinstance(deferred, str) and deferred and deferred not in notices:
         notices.append(deferred)
-    delivered = result.get("delivered_text") or result.get("text") or ""
-    passes = result.get("passes")
+    delivered = _string(result.get("delivered_text")) or _string(result.get("text"))
+    error = _string(result.get("error"))
+    passes = _count(result.get("passes"))
     tools = tools_of(journal)
     request = journal.scenario.get("request")
-    searched = [journal.name, str(delivered), str(result.get("error") or ""), *tools, *notices,
+    searched = [journal.name, delivered, error, *tools, *notices,
                 *_texts(result.get("pass_results")), *_texts(journal.scenario.get("history")),
                 *(_texts(request.get("prefill")) if isinstance(request, dict) else [])]
     return Row(
         id=row_id, name=journal.name, final_state=journal.final_state,
-        status=str(result.get("status") or "?"), notices=tuple(notices), tools=tuple(tools),
-        duration=journal.duration,
-        passes=passes if isinstance(passes, int) else sum(
+        status=_string(result.get("status")) or "?", notices=tuple(notices),
+        tools=tuple(tools), duration=journal.duration,
+        passes=passes if passes is not None else sum(
             1 for tr in journal.transitions if tr.event == "begin"),
         restarts=sum(1 for tr in journal.transitions if tr.event == "restart"),
-        recorded=recorded, error=str(result.get("error") or ""), text=str(delivered),
+        recorded=recorded, error=error, text=delivered,
         haystack="\n".join(searched).casefold(),
     )
 
@@ -208,60 +233,134 @@ class _Cached:
     problem: Problem | None
 
 
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """One listing: the journals newest first, the files that are not, and how many files
+    were left for the next listing (the time budget ran out)."""
+
+    rows: list[Row]
+    problems: list[Problem]
+    pending: int = 0
+
+
 @dataclass(slots=True)
 class Catalog:
-    """The journals under `root`, kept up to date as files appear, change and go."""
+    """The journals under `root`, kept up to date as files appear, change and go. Used from
+    the review page's worker threads, one at a time (a lock)."""
 
     root: Path
+    max_bytes: int = 16 * 1024 * 1024
     _cache: dict[Path, _Cached] = field(default_factory=dict)
+    _ids: dict[str, Path] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def scan(self) -> tuple[list[Row], list[Problem]]:
-        """Every journal under the folder, newest first, and the files that are not."""
+    def scan(self, budget_s: float | None = None) -> Scan:
+        """Every journal under the folder, newest first, and the files that are not. With a
+        budget, files not read within it (at least one is read) are counted as pending."""
+        with self._lock:
+            return self._scan(None if budget_s is None else time.monotonic() + budget_s)
+
+    def _scan(self, deadline: float | None) -> Scan:
         rows: list[Row] = []
         problems: list[Problem] = []
         seen: set[Path] = set()
+        pending = 0
+        read_one = False
         for path in sorted(self.root.rglob("*")):
             if path.suffix not in JOURNAL_SUFFIXES or not path.is_file():
                 continue
             seen.add(path)
-            entry = self._entry(path)
+            if deadline is not None and read_one and time.monotonic() > deadline \
+                    and not self._fresh(path):
+                pending += 1
+                continue
+            entry, parsed = self._entry(path)
+            read_one = read_one or parsed
             if entry.row is not None:
                 rows.append(entry.row)
             elif entry.problem is not None:
                 problems.append(entry.problem)
         for gone in set(self._cache) - seen:
             del self._cache[gone]
+        self._ids = {entry.row.id: path for path, entry in self._cache.items()
+                     if entry.row is not None}
         rows.sort(key=lambda r: (-r.recorded.timestamp(), r.id))
-        return rows, problems
+        return Scan(rows, problems, pending)
 
-    def path_of(self, row_id: str) -> Path | None:
-        """The file of a listed journal; None for an id the folder does not list (so no
-        request can name a file outside it)."""
-        for path, entry in self._cache.items():
-            if entry.row is not None and entry.row.id == row_id:
-                return path
-        self.scan()
-        for path, entry in self._cache.items():
-            if entry.row is not None and entry.row.id == row_id:
-                return path
-        return None
+    def path_of(self, row_id: str) -> Path:
+        """The file of a listed journal (scanning once more for one not seen yet); NotListed
+        for an id the folder does not list, so no request can name a file outside it."""
+        with self._lock:
+            path = self._ids.get(row_id)
+            if path is None:
+                self._scan(None)
+                path = self._ids.get(row_id)
+        if path is None:
+            raise NotListed(row_id)
+        return path
 
-    def _entry(self, path: Path) -> _Cached:
-        stat = path.stat()
+    def load(self, row_id: str) -> Journal:
+        """A listed journal, read again (its size within the budget)."""
+        path = self.path_of(row_id)
+        size = path.stat().st_size
+        if size > self.max_bytes:
+            raise TooLarge(_too_large(size, self.max_bytes))
+        return load_journal(self._inside(path))
+
+    def _inside(self, path: Path) -> Path:
+        """The real file behind `path`, which must lie under the root (a link may point
+        elsewhere in the folder, never out of it)."""
+        real = path.resolve(strict=True)
+        if not real.is_relative_to(self.root.resolve()):
+            raise NotListed(path.relative_to(self.root).as_posix())
+        return real
+
+    def _fresh(self, path: Path) -> bool:
+        cached = self._cache.get(path)
+        if cached is None:
+            return False
+        try:
+            stat = path.stat()
+        except OSError:
+            return False
+        return cached.stamp == (stat.st_mtime_ns, stat.st_size)
+
+    def _entry(self, path: Path) -> tuple[_Cached, bool]:
+        """The file's entry, and whether it had to be parsed."""
+        row_id = path.relative_to(self.root).as_posix()
+        try:
+            stat = path.stat()
+        except OSError as exc:
+            return _Cached((0, 0), None, Problem(row_id, _reason(exc))), False
         stamp = (stat.st_mtime_ns, stat.st_size)
         cached = self._cache.get(path)
         if cached is not None and cached.stamp == stamp:
-            return cached
-        row_id = path.relative_to(self.root).as_posix()
+            return cached, False
         recorded = datetime.fromtimestamp(stat.st_mtime, UTC)
         try:
-            journal = load_journal(path)
-            entry = _Cached(stamp, row_of(journal, row_id, recorded), None)
-        except (ScenarioError, ValueError, RecursionError, OSError) as exc:
-            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            entry = _Cached(stamp, None, Problem(row_id, message))
+            if stat.st_size > self.max_bytes:
+                raise TooLarge(_too_large(stat.st_size, self.max_bytes))
+            real = self._inside(path)
+            entry = _Cached(stamp, row_of(load_journal(real), row_id, recorded), None)
+        except NotListed:
+            entry = _Cached(stamp, None, Problem(row_id, "a link to a file outside the folder; "
+                                                         "not read"))
+        except Exception as exc:  # one bad file is one problem, never a failed listing
+            entry = _Cached(stamp, None, Problem(row_id, _reason(exc)))
         self._cache[path] = entry
-        return entry
+        return entry, True
+
+
+def _too_large(size: int, limit: int) -> str:
+    return f"{size / 1e6:.1f} MB: larger than the {limit / 1e6:.1f} MB the review page reads"
+
+
+def _reason(exc: BaseException) -> str:
+    """One line saying why a file is not a journal."""
+    if isinstance(exc, (ScenarioError, TooLarge, OSError)):
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return message[:300]
+    return f"not readable as a journal ({type(exc).__name__})"
 
 
 def facets(rows: list[Row]) -> dict[str, list[str]]:

@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import sys
 from pathlib import Path
 
+from ...local_http import is_loopback_address
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8018
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def cmd_review(args: argparse.Namespace) -> int:
@@ -25,7 +19,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     if not root.is_dir():
         print(f"error: {root}: not a folder of journals", file=sys.stderr)
         return 2
-    loopback = _loopback(args.host)
+    loopback = is_loopback_address(args.host)
     if not loopback:
         print(f"warning: serving {root}'s journals (what users wrote) to the network on "
               f"{args.host}", file=sys.stderr)

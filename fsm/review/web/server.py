@@ -3,28 +3,33 @@ and the machine drawn with one journal or a heat map of several.
 
 The pages are static files of this package; everything else is JSON or SVG generated from the
 journals and from the same table the committed diagram is drawn from (`fsm.review.diagram`).
-Journals hold what users wrote, so the server binds to 127.0.0.1 unless told otherwise, turns
-away requests whose Host header names another machine (a web page elsewhere cannot reach it
-by DNS rebinding), and forbids every script but its own (Content-Security-Policy); the page
-itself inserts journal text only as text.
+Journals hold what users wrote, and a journal is untrusted input. So the server binds to
+127.0.0.1 unless told otherwise and sits behind the project's local guard (`fsm.local_http`:
+no other Host, no cross-site request); it forbids every script but its own and every inline
+style (Content-Security-Policy); the drawing it sends is rebuilt from an allow-list
+(`svg.sanitize_svg`); and each expensive step runs off the event loop within a time and size
+budget (`budget.Budgets`), so one crafted journal or a burst of requests cannot stall it.
+The page itself inserts journal text only as text.
 """
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-import graphviz
 from aiohttp import web
 
+from ...local_http import HostPolicy, local_guard
 from ...scenarios.format import ScenarioError
 from ..diagram import journal_dot
-from ..inspect import Journal, load_journal
-from .catalog import Catalog, Query, QueryError, facets
+from ..inspect import Journal
+from .budget import Budgets, OverBudget, Workers
+from .catalog import Catalog, NotListed, Query, QueryError, TooLarge, facets
+from .render import Drawer, DrawingFailed
 from .story import story
+from .svg import UnsafeSvg, sanitize_svg
 
 MAX_ROWS = 1000
 """The list shows at most this many matching turns (newest first); the count says how many
@@ -32,17 +37,20 @@ matched."""
 STATIC_FILES = {"index.html": "text/html", "review.js": "text/javascript",
                 "review.css": "text/css"}
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self' "
-                               "'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+                               "img-src 'self' data:; connect-src 'self'; "
                                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
+    "Cross-Origin-Resource-Policy": "same-origin",
 }
-"""`style-src 'unsafe-inline'`: graphviz writes presentation styles into the SVG it draws."""
 
 CATALOG = web.AppKey("catalog", Catalog)
-LOOPBACK_ONLY = web.AppKey("loopback_only", bool)
+BUDGETS = web.AppKey("budgets", Budgets)
+LISTING = web.AppKey("listing", Workers)
+READING = web.AppKey("reading", Workers)
+DRAWER = web.AppKey("drawer", Drawer)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -50,28 +58,19 @@ def _static(name: str) -> bytes:
     return resources.files(__package__).joinpath("static", name).read_bytes()
 
 
-def _is_loopback_host(host: str) -> bool:
-    """Whether a Host header names this machine (a name, an IPv4 or bracketed IPv6)."""
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    name = name.strip("[]").lower()
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
 @web.middleware
-async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.app[LOOPBACK_ONLY] and not _is_loopback_host(request.host):
-        raise web.HTTPMisdirectedRequest(text="this review server answers only to 127.0.0.1 "
-                                              "and localhost\n")
+async def _headers(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Security headers on every answer, errors included; a step over budget or a failed
+    drawing is one line with its own status, never a bare 500."""
     try:
         response = await handler(request)
     except web.HTTPException as exc:
         exc.headers.update(SECURITY_HEADERS)
         raise
+    except OverBudget as exc:
+        response = web.Response(status=exc.status, text=f"{exc}\n")
+    except DrawingFailed as exc:
+        response = web.Response(status=exc.status, text=f"{exc}\n")
     response.headers.update(SECURITY_HEADERS)
     return response
 
@@ -93,67 +92,116 @@ def _bad(message: str) -> web.HTTPBadRequest:
 
 
 async def _list(request: web.Request) -> web.Response:
-    catalog = request.app[CATALOG]
+    app = request.app
+    catalog, budgets = app[CATALOG], app[BUDGETS]
     try:
         query = Query.parse(dict(request.query))
     except QueryError as exc:
         raise _bad(str(exc)) from None
-    rows, problems = await asyncio.to_thread(catalog.scan)
-    matching = [row for row in rows if query.matches(row)]
-    return web.json_response({
-        "folder": str(catalog.root), "total": len(rows), "matching": len(matching),
-        "rows": [row.as_json() for row in matching[:MAX_ROWS]],
-        "problems": [{"id": p.id, "error": p.error} for p in problems],
-        "facets": facets(rows),
-    })
+
+    def listing() -> dict[str, Any]:
+        scan = catalog.scan(budgets.scan_s)
+        matching = [row for row in scan.rows if query.matches(row)]
+        return {
+            "folder": str(catalog.root), "total": len(scan.rows), "matching": len(matching),
+            "pending": scan.pending,
+            "rows": [row.as_json() for row in matching[:MAX_ROWS]],
+            "problems": [{"id": p.id, "error": p.error} for p in scan.problems],
+            "facets": facets(scan.rows),
+        }
+
+    return web.json_response(await app[LISTING].run("listing", budgets.work_s, listing))
 
 
-def _journals(request: web.Request) -> list[Journal]:
-    ids = request.query.getall("id", [])
+def _ids(request: web.Request, most: int) -> list[str]:
+    ids = list(dict.fromkeys(request.query.getall("id", [])))
     if not ids:
         raise _bad("id: name at least one journal of the list")
-    catalog = request.app[CATALOG]
-    journals = []
+    if len(ids) > most:
+        raise web.HTTPRequestEntityTooLarge(
+            most, len(ids), text=f"id: {len(ids)} journals; the page draws at most {most} "
+                                 "at once\n")
+    return ids
+
+
+def _read(catalog: Catalog, budgets: Budgets, ids: list[str]) -> list[Journal]:
+    """The named journals (blocking: runs in a worker thread), within the request's bytes."""
+    journals: list[Journal] = []
+    total = 0
     for journal_id in ids:
-        path = catalog.path_of(journal_id)
-        if path is None:
-            raise web.HTTPNotFound(text=f"id: {journal_id!r} is not a journal of the folder\n")
         try:
-            journals.append(load_journal(path))
+            total += catalog.path_of(journal_id).stat().st_size
+            if total > budgets.request_bytes:
+                raise OverBudget(f"id: the journals named hold more than the "
+                                 f"{budgets.request_bytes / 1e6:.0f} MB one request reads; "
+                                 "name fewer", status=413)
+            journals.append(catalog.load(journal_id))
+        except NotListed:
+            raise web.HTTPNotFound(
+                text=f"id: {journal_id!r} is not a journal of the folder\n") from None
+        except TooLarge as exc:
+            raise OverBudget(f"{journal_id}: {exc}", status=413) from None
         except (ScenarioError, ValueError, OSError) as exc:
             raise web.HTTPUnprocessableEntity(text=f"{journal_id}: {exc}\n") from None
     return journals
 
 
 async def _story(request: web.Request) -> web.Response:
-    journals = _journals(request)
-    if len(journals) != 1:
-        raise _bad("id: a turn's story is of exactly one journal")
-    return web.json_response(story(journals[0]))
+    app = request.app
+    catalog, budgets = app[CATALOG], app[BUDGETS]
+    ids = _ids(request, 1)
 
+    def tell() -> dict[str, Any]:
+        journal, = _read(catalog, budgets, ids)
+        return story(journal)
 
-def _render_svg(journals: list[Journal]) -> bytes:
-    return bytes(graphviz.pipe("dot", "svg", journal_dot(journals).encode("utf-8")))
+    return web.json_response(await app[READING].run("story", budgets.work_s, tell))
 
 
 async def _svg(request: web.Request) -> web.Response:
     """One journal drawn on the machine, or several as a heat map."""
-    journals = _journals(request)
-    try:
-        svg = await asyncio.to_thread(_render_svg, journals)
-    except ScenarioError as exc:
-        raise web.HTTPUnprocessableEntity(text=f"{exc}\n") from None
-    except graphviz.ExecutableNotFound:
-        raise web.HTTPServiceUnavailable(
-            text="graphviz's `dot` is not installed (Debian package graphviz)\n") from None
+    app = request.app
+    catalog, budgets = app[CATALOG], app[BUDGETS]
+    ids = _ids(request, budgets.heat_journals)
+
+    def dot() -> str:
+        try:
+            return journal_dot(_read(catalog, budgets, ids))
+        except ScenarioError as exc:
+            raise web.HTTPUnprocessableEntity(text=f"{exc}\n") from None
+
+    source = await app[READING].run("drawing", budgets.work_s, dot)
+    drawn = await app[DRAWER].svg(source)
+
+    def clean() -> bytes:
+        try:
+            return sanitize_svg(drawn)
+        except UnsafeSvg as exc:
+            raise DrawingFailed(str(exc), 502) from None
+
+    svg = await app[READING].run("drawing", budgets.work_s, clean)
     return web.Response(body=svg, content_type="image/svg+xml", charset="utf-8")
 
 
-def create_app(root: Path, loopback_only: bool = True) -> web.Application:
-    """The review application over the journals under `root`."""
-    app = web.Application(middlewares=[_guard])
-    app[CATALOG] = Catalog(root)
-    app[LOOPBACK_ONLY] = loopback_only
+async def _close_workers(app: web.Application) -> None:
+    app[LISTING].close()
+    app[READING].close()
+
+
+def create_app(root: Path, loopback_only: bool = True, *,
+               budgets: Budgets | None = None) -> web.Application:
+    """The review application over the journals under `root`. `loopback_only`: it is bound
+    to this machine only, so only `localhost` and loopback addresses may name it."""
+    budgets = budgets if budgets is not None else Budgets()
+    policy = HostPolicy(loopback_only)
+    app = web.Application(middlewares=[
+        _headers, local_guard(policy, what="review server", navigable=frozenset({"/"}))])
+    app[CATALOG] = Catalog(root, max_bytes=budgets.journal_bytes)
+    app[BUDGETS] = budgets
+    app[LISTING] = Workers(1, "review-list")
+    app[READING] = Workers(budgets.workers, "review-read")
+    app[DRAWER] = Drawer(budgets)
+    app.on_cleanup.append(_close_workers)
     app.router.add_get("/", _index)
     app.router.add_get("/static/{name}", _asset)
     app.router.add_get("/api/journals", _list)

@@ -1,11 +1,16 @@
-"""One journal told as the review page steps through it: each transition with the text the
-turn had delivered at that moment, its passes, tool calls and restarts.
+"""One journal told as the review page steps through it: each transition, the passes with the
+chunks that arrived in them, tool calls and restarts.
 
 The journal holds the passes' content chunks with their times (seconds after the pass's
 `begin`), so the text at any transition can be rebuilt: the kept text of every pass that has
 ended, plus the chunks of the running pass that had arrived. A pass that ended keeps what its
 result says it kept (a pass cut short drops what it never sent), so the last step shows what
-the user saw.
+the user saw. The story sends each chunk once, with its time, and the page rebuilds the text
+of the step it shows (`PassWindow.text_at` is the same rule): the answer grows with the
+journal, never with steps × text (V6).
+
+Every field is type-checked as it is read: a journal of the wrong shape tells a shorter story,
+never a failed one, and what the page receives has the types it expects (V5).
 """
 
 from __future__ import annotations
@@ -19,6 +24,27 @@ from ..inspect import Journal, summarize, table_edge
 _PASS_STATES = frozenset({State.AWAITING_FIRST_TOKEN.value, State.STREAMING.value,
                           State.SETTLING.value})
 _TERMINAL_NAMES = frozenset(s.value for s in TERMINAL)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _usage(value: Any) -> dict[str, int] | None:
+    if not isinstance(value, dict):
+        return None
+    counts = {str(k): v for k, v in value.items()
+              if isinstance(v, int) and not isinstance(v, bool)}
+    return counts or None
 
 
 @dataclass(slots=True)
@@ -46,11 +72,6 @@ def _steps_of(journal: Journal, index: int) -> list[dict[str, Any]]:
     return []
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else None
-
-
 def pass_windows(journal: Journal) -> list[PassWindow]:
     """Each pass from its `begin` to the transition that left the pass states."""
     results = journal.result.get("pass_results")
@@ -72,8 +93,7 @@ def pass_windows(journal: Journal) -> list[PassWindow]:
                 window.chunks.append((window.start + at, text))
         if window.index - 1 < len(infos):
             window.info = infos[window.index - 1]
-            kept = window.info.get("text")
-            window.kept = kept if isinstance(kept, str) else None
+            window.kept = _string(window.info.get("text"))
     return windows
 
 
@@ -97,8 +117,7 @@ def _calls_of(journal: Journal, window: PassWindow) -> list[dict[str, Any]]:
             return [step["tool_call"]]
         if isinstance(step.get("tool_calls"), list):
             return [c for c in step["tool_calls"] if isinstance(c, dict)]
-    names = window.info.get("tool_calls")
-    return [{"name": str(n)} for n in names] if isinstance(names, list) else []
+    return [{"name": n} for n in _strings(window.info.get("tool_calls"))]
 
 
 def tool_calls(journal: Journal, windows: list[PassWindow]) -> list[dict[str, Any]]:
@@ -110,7 +129,7 @@ def tool_calls(journal: Journal, windows: list[PassWindow]) -> list[dict[str, An
         if window.ended_by != "tool_call":
             continue
         for call in _calls_of(journal, window):
-            name = str(call.get("name") or "")
+            name = _string(call.get("name")) or ""
             nth = used.get(name, 0)
             used[name] = nth + 1
             recorded = outcomes.get(name, [])
@@ -120,17 +139,35 @@ def tool_calls(journal: Journal, windows: list[PassWindow]) -> list[dict[str, An
     return calls
 
 
-def _step(journal: Journal, windows: list[PassWindow], index: int) -> dict[str, Any]:
-    tr = journal.transitions[index]
-    edge = table_edge(tr.key)
-    in_pass = tr.event == "begin" or tr.source in _PASS_STATES
-    running = next((w.index for w in reversed(windows)
-                    if in_pass and w.start <= tr.t and (w.end is None or tr.t <= w.end)), None)
-    text = "".join(w.text_at(tr.t) for w in windows if w.start <= tr.t)
-    return {"index": index + 1, "t": tr.t, "event": tr.event, "source": tr.source,
-            "dest": tr.dest, "kind": edge.kind if edge is not None else "unknown",
-            "does": edge.does if edge is not None else "not a transition of the table",
-            "pass": running, "text": text, "terminal": tr.dest in _TERMINAL_NAMES}
+def _steps(journal: Journal, windows: list[PassWindow]) -> list[dict[str, Any]]:
+    """Each transition with the edge it took and the pass it belongs to (one walk: the
+    windows are in order of their start, as the transitions are)."""
+    steps: list[dict[str, Any]] = []
+    latest = -1
+    for index, tr in enumerate(journal.transitions):
+        while latest + 1 < len(windows) and windows[latest + 1].start <= tr.t:
+            latest += 1
+        edge = table_edge(tr.key)
+        in_pass = tr.event == "begin" or tr.source in _PASS_STATES
+        window = windows[latest] if latest >= 0 else None
+        running = window.index if in_pass and window is not None and (
+            window.end is None or tr.t <= window.end) else None
+        steps.append({"index": index + 1, "t": tr.t, "event": tr.event, "source": tr.source,
+                      "dest": tr.dest, "kind": edge.kind if edge is not None else "unknown",
+                      "does": edge.does if edge is not None else "not a transition of the table",
+                      "pass": running, "terminal": tr.dest in _TERMINAL_NAMES})
+    return steps
+
+
+def _pass(window: PassWindow) -> dict[str, Any]:
+    info = window.info
+    return {"index": window.index, "start": window.start, "end": window.end,
+            "ended_by": window.ended_by, "status": _string(info.get("status")),
+            "text": window.kept, "chunks": [[at, text] for at, text in window.chunks],
+            "finish_reason": _string(info.get("finish_reason")),
+            "usage": _usage(info.get("usage")),
+            "error": info.get("error") if isinstance(info.get("error"), (dict, str)) else None,
+            "tool_calls": _strings(info.get("tool_calls"))}
 
 
 def story(journal: Journal) -> dict[str, Any]:
@@ -138,25 +175,26 @@ def story(journal: Journal) -> dict[str, Any]:
     windows = pass_windows(journal)
     result = journal.result
     flags = result.get("flags")
+    notices = _strings(result.get("notices"))
+    added = result.get("context_items_added")
     return {
         "name": journal.name,
         "final_state": journal.final_state,
-        "status": result.get("status"),
+        "status": _string(result.get("status")),
         "duration": journal.duration,
-        "error": result.get("error"),
-        "notices": result.get("notices") or [],
-        "delivered_text": result.get("delivered_text") or result.get("text") or "",
-        "steps": [_step(journal, windows, i) for i in range(len(journal.transitions))],
-        "passes": [{"index": w.index, "start": w.start, "end": w.end, "ended_by": w.ended_by,
-                    "status": w.info.get("status"), "text": w.kept,
-                    "finish_reason": w.info.get("finish_reason"),
-                    "usage": w.info.get("usage"), "error": w.info.get("error"),
-                    "tool_calls": w.info.get("tool_calls") or []} for w in windows],
+        "error": _string(result.get("error")),
+        "notices": notices,
+        "delivered_text": _string(result.get("delivered_text")) or _string(result.get("text"))
+        or "",
+        "steps": _steps(journal, windows),
+        "passes": [_pass(w) for w in windows],
         "tools": tool_calls(journal, windows),
         "restarts": [{"t": tr.t, "event": tr.event, "source": tr.source, "dest": tr.dest}
                      for tr in journal.transitions
                      if tr.event in ("restart_requested", "restart")],
-        "flags": [k for k, v in flags.items() if v is True] if isinstance(flags, dict) else [],
-        "context_items_added": result.get("context_items_added"),
+        "flags": [str(k) for k, v in flags.items() if v is True] if isinstance(flags, dict)
+        else [],
+        "context_items_added": added if isinstance(added, int) and not isinstance(added, bool)
+        else None,
         "summary": summarize(journal),
     }

@@ -208,6 +208,21 @@ function renderTurn(data) {
   slider.max = String(Math.max(data.steps.length - 1, 0));
 }
 
+function textAt(t) {
+  // The text delivered by time t, rebuilt from the chunks the story sends once each: the
+  // kept text of every pass that had ended, the chunks that had arrived of the one running.
+  let out = "";
+  for (const p of turn.passes) {
+    if (p.start > t) continue;
+    if (p.end !== null && t >= p.end && p.text !== null) {
+      out += p.text;
+      continue;
+    }
+    for (const [at, text] of p.chunks) if (at <= t) out += text;
+  }
+  return out;
+}
+
 function mark(id, on) {
   const node = id ? $("rv-diagram").querySelector(`#${CSS.escape(id)}`) : null;
   if (node) node.classList.toggle("rv-current", on);
@@ -230,7 +245,7 @@ function goTo(index) {
   $("rv-now-edge").textContent = `@${secs(s.t)}  ${s.event}: ${s.source} → ${s.dest}`;
   $("rv-now-does").textContent = `${s.kind}: ${s.does}`;
   $("rv-now-pass").textContent = s.pass ? `pass ${s.pass}` : "";
-  $("rv-now-text").textContent = s.text || "(nothing yet)";
+  $("rv-now-text").textContent = textAt(s.t) || "(nothing yet)";
   const toolsRunning = s.source === "ToolCall" ? passOfTools(s) : null;
   for (const row of $("rv-passes").children) {
     row.classList.toggle("rv-current", s.pass !== null && Number(row.dataset.pass) === s.pass);
