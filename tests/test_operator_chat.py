@@ -127,8 +127,8 @@ def test_transition_lines_never_share_a_line_with_the_reply(tmp_path: Path) -> N
     assert transitions and all(line.startswith("  · ") for line in transitions), lines
     assert "".join(line.removeprefix("bot> ") for line in replies) == "Hello world."
     assert len(replies) == 2  # the reply resumed on its own line after the transitions
-    journals = sorted((tmp_path / "j").glob("terminal-1-*.json"))
-    assert len(journals) == 2  # one per attempt, like a bot turn
+    journals = sorted((tmp_path / "j").glob("*-chat-*-a*.json"))
+    assert len(journals) == 2  # one per attempt, like a bot turn (V8: named by the reply)
     results = [json.loads(p.read_text())["result"]["status"] for p in journals]
     assert sorted(results) == ["completed", "error"]
 

@@ -46,11 +46,10 @@ from fsm.engine.stash import ContextStash
 from fsm.engine.tools import Tool, ToolRegistry
 from fsm.engine.turn import Turn, TurnObserver
 from fsm.engine.user_text import framed_prompt
-from fsm.review.journal import JournalRecorder
 from providers import build_provider
 
 from .gc_tuning import tune_gc
-from .journals import JournalStore, scenario_history
+from .journals import JournalStore, ReplyJournals, scenario_history
 from .persona import Persona
 from .settings import AppSettings, ConfigurationError, JournalSettings, ToolSettings
 from .shutdown import StopRequest
@@ -242,17 +241,16 @@ class TurnBot:
                                  max_messages=self.config.max_delivered_messages,
                                  readable=audience.reader_in(message),
                                  link_previews=self.link_previews)
-        turns: list[tuple[Turn, JournalRecorder]] = []
         items: list[dict[str, Any]] = []
+        reply = ReplyJournals(self.journals, f"{message.channel.id}-{message.id}",
+                              [a.label for a in self.attempts], self.tools)
         result: GenerationResult | None = None
         failure = "failed"
 
         def on_attempt(turn: Turn) -> None:
             self.current[channel_id] = (turn, message.author.id)
-            recorder = JournalRecorder(turn.turn_id, turn.config, self.tools,
-                                       history=scenario_history(items), request=turn.request)
-            turn.recorder = recorder
-            turns.append((turn, recorder))
+            reply.history = scenario_history(items)
+            reply.on_attempt(turn)
 
         self.requesters[channel_id] = message.author.id
         typing.start()
@@ -278,7 +276,7 @@ class TurnBot:
             try:
                 await typing.stop()
                 await channel.aclose()
-                await self._write_journals(turns, items_of=message)
+                await reply.save(result, self._origin(message))
                 log_turn_end(log, channel_id, str(message.id), result,
                              asyncio.get_running_loop().time() - started, failure=failure)
             finally:
@@ -327,15 +325,6 @@ class TurnBot:
         cleared the queue, even during this turn's tail (the registry drops the count)."""
         self.locks.carry_follow_up_interrupts(
             lock, queued_next=bool(self.queue.pending(channel_id)))
-
-    async def _write_journals(self, turns: list[tuple[Turn, JournalRecorder]],
-                              items_of: discord.Message) -> None:
-        """Every attempt's journal, written off the event loop."""
-        if self.journals is None:
-            return
-        await self.journals.save_turns(
-            [(f"{items_of.channel.id}-{items_of.id}-{turn.turn_id}", turn, recorder)
-             for turn, recorder in turns], self._origin(items_of))
 
     def _origin(self, message: discord.Message) -> dict[str, str | int]:
         """Where a turn ran, for its journals: the channel and message, and with Redis the

@@ -30,10 +30,9 @@ from fsm.engine.locks import ChannelLockRegistry
 from fsm.engine.prefill import TurnRequest
 from fsm.engine.tools import ToolRegistry
 from fsm.engine.turn import Turn
-from fsm.review.journal import JournalRecorder
 from providers import build_provider
 
-from .journals import JournalStore, scenario_history
+from .journals import JournalStore, ReplyJournals, scenario_history
 from .persona import Persona
 from .settings import AppSettings
 from .telemetry import build_telemetry, running_telemetry, with_telemetry
@@ -271,30 +270,22 @@ async def _chat(settings: AppSettings, screen: Screen, input_fd: int | None,
             history.append({"type": "dialogue", "role": "user", "author": "you",
                             "message_id": f"t{number}", "content": line})
             items = list(history)
-            recorded: list[tuple[Turn, JournalRecorder]] = []
-
-            def on_attempt(turn: Turn, items: list[dict[str, Any]] = items,
-                           recorded: list[tuple[Turn, JournalRecorder]] = recorded) -> None:
-                recorder = JournalRecorder(turn.turn_id, turn.config, tools,
-                                           history=scenario_history(items),
-                                           request=turn.request)
-                turn.recorder = recorder
-                recorded.append((turn, recorder))
-
+            reply = ReplyJournals(journals, "chat", [a.label for a in attempts], tools,
+                                  history=scenario_history(items))
             lock = locks.try_acquire(CHANNEL, owner=f"terminal-{number}")
             assert lock is not None
+            finished: GenerationResult | None = None
             try:
                 with ctrl_c.meaning(lambda: locks.request_stop(CHANNEL)):
-                    result = await run_generation_turn(
+                    result = finished = await run_generation_turn(
                         attempts, channel=channel, locks=locks, lock=lock,
                         request=TurnRequest(context_items=items,
                                             system_prompt=persona.system_prompt()),
                         config=settings.engine, tools=tools, observer=observer,
-                        on_attempt=on_attempt)
+                        on_attempt=reply.on_attempt)
             finally:
                 locks.release(lock)
-                await journals.save_turns([(f"terminal-{number}-{turn.turn_id}", turn, recorder)
-                                           for turn, recorder in recorded])
+                await reply.save(finished)
             screen.status(f"  = {result.status}")
             failure = failure_line(result, attempts) if not result.delivered_text else None
             if failure is not None:

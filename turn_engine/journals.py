@@ -12,6 +12,14 @@ pure-Python path, several times slower). Files removed by hand are dropped from 
 when pruning reaches them; the folder is read again after as many writes as it held
 journals (at least `RESCAN_EVERY`) and on every explicit `prune()`, so files added or
 re-dated by hand are seen too, at a cost per write that stays constant.
+
+A reply (one generation turn: an attempt and its fallbacks) writes one journal per attempt,
+named `{reply}-a{n}-{label}` where the reply id is `{UTC time}-{where}-{random}`: unique
+across sessions and processes (the time and 32 random bits, not a counter that starts again
+at 1), portable (letters, digits, `.`, `_` and `-` only: no `:` for Windows, shells and
+URLs) and without repeated parts (V8). Every attempt's journal carries the reply's outcome
+(`reply`: the attempts and their journals, which one answered, the notices the user saw), so
+`inspect` and the review page find it whichever journal they open (V9).
 """
 
 from __future__ import annotations
@@ -21,13 +29,18 @@ import heapq
 import json
 import logging
 import os
+import re
+import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fsm.engine.generation import GenerationResult
+from fsm.engine.tools import ToolRegistry
 from fsm.engine.turn import Turn
 from fsm.review.journal import JournalRecorder, journal_document, jsonable
 
@@ -144,15 +157,18 @@ class JournalStore:
         return self.settings.enabled
 
     async def save_turns(self, named: list[tuple[str, Turn, JournalRecorder]],
-                         origin: Mapping[str, str | int] | None = None) -> None:
+                         origin: Mapping[str, str | int] | None = None,
+                         reply: Callable[[int], dict[str, Any]] | None = None) -> None:
         """Each turn's journal, built on the loop (it reads the turn's state) and encoded and
         written in a worker thread, so a big journal never holds the event loop (issue 12
         item 3). The thread finishes its writes even if the caller is cancelled meanwhile.
-        `origin` (where the turns ran) goes into every one of them."""
+        `origin` (where the turns ran) goes into every one of them, and `reply(n)` the
+        reply's outcome as the n-th of them records it."""
         if not self.enabled or not named:
             return
-        documents = [(name, self.document(turn, recorder, origin))
-                     for name, turn, recorder in named]
+        documents = [(name, self.document(turn, recorder, origin,
+                                          reply(n) if reply is not None else None))
+                     for n, (name, turn, recorder) in enumerate(named, 1)]
         await asyncio.to_thread(self._write_all, documents)
 
     def _write_all(self, documents: list[tuple[str, dict[str, Any]]]) -> None:
@@ -161,9 +177,13 @@ class JournalStore:
 
     @staticmethod
     def document(turn: Turn, recorder: JournalRecorder,
-                 origin: Mapping[str, str | int] | None = None) -> dict[str, Any]:
-        return journal_document(recorder.scenario(), turn.transitions, turn.result().as_dict(),
-                                origin)
+                 origin: Mapping[str, str | int] | None = None,
+                 reply: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        document = journal_document(recorder.scenario(), turn.transitions,
+                                    turn.result().as_dict(), origin)
+        if reply is not None:
+            document["reply"] = dict(reply)
+        return document
 
     def write(self, name: str, document: dict[str, Any]) -> Path | None:
         if not self.enabled:
@@ -253,3 +273,90 @@ def scenario_history(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                        for r in item.get("reactions") or []]}
         for item in items if item.get("type") == "dialogue"
     ]
+
+
+NAME_PART_CHARS = 48
+_NOT_PORTABLE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def portable(text: str, limit: int = NAME_PART_CHARS) -> str:
+    """`text` as a part of a file name that every system and shell takes as it is: runs of
+    anything but letters, digits, `.`, `_` and `-` become one `_`, at most `limit` long, never
+    empty and never starting with `.` or `-`."""
+    part = _NOT_PORTABLE.sub("_", text).strip("._-")[:limit].rstrip("._-")
+    return part or "x"
+
+
+def new_reply_id(where: str, now: float | None = None) -> str:
+    """`20260314T101502Z-{where}-{8 hex}`: sortable by time, unique across sessions and
+    processes without a counter (V8)."""
+    stamp = datetime.fromtimestamp(time.time() if now is None else now, UTC)
+    return f"{stamp:%Y%m%dT%H%M%SZ}-{portable(where)}-{secrets.token_hex(4)}"
+
+
+@dataclass
+class ReplyJournals:
+    """The journals of one reply: each attempt is recorded as the generation turn starts it
+    (`on_attempt`), and `save` writes them all with the reply's outcome (V8, V9)."""
+
+    store: JournalStore | None
+    """None: journals are not kept (the reply is still recorded, for its outcome)."""
+    where: str
+    """What the reply answers, for its id: `chat`, or the channel and message."""
+    labels: Sequence[str]
+    """The labels of the attempts, in the order the generation turn tries them."""
+    tools: ToolRegistry
+    history: list[dict[str, Any]] = field(default_factory=list)
+    id: str = ""
+    recorded: list[tuple[str, Turn, JournalRecorder]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            self.id = new_reply_id(self.where)
+
+    def on_attempt(self, turn: Turn) -> None:
+        """Record the attempt the generation turn is about to run."""
+        n = len(self.recorded) + 1
+        label = self.labels[n - 1] if n <= len(self.labels) else turn.turn_id
+        name = f"{self.id}-a{n}-{portable(label)}"
+        recorder = JournalRecorder(name, turn.config, self.tools, history=self.history,
+                                   request=turn.request)
+        turn.recorder = recorder
+        self.recorded.append((name, turn, recorder))
+
+    def outcome(self, result: GenerationResult | None, n: int) -> dict[str, Any]:
+        """The reply's outcome as the journal of attempt `n` records it: every attempt with
+        its journal, which one answered, the notices the user saw. With no result (the reply
+        was cancelled or failed outside the engine), what the attempts' own turns say."""
+        attempts: list[dict[str, Any]] = []
+        for index, (name, turn, _recorder) in enumerate(self.recorded, 1):
+            ended = turn.result()
+            attempts.append({"attempt": index, "label": self._label(index, turn),
+                             "journal": name, "status": ended.status, "state": ended.state,
+                             "notices": list(ended.notices)})
+        answered = None
+        if result is not None and result.status == "completed" and attempts:
+            answered = len(result.attempts)
+        notices = list(result.notices) if result is not None else \
+            [notice for a in attempts for notice in a["notices"]]
+        return {
+            "id": self.id, "attempt": n, "attempts": attempts, "answered_by": answered,
+            "status": result.status if result is not None else
+            (attempts[-1]["status"] if attempts else "error"),
+            "notices": notices,
+            "final_notice": (result.failure_notice_posted or result.deferred_notice_posted)
+            if result is not None else None,
+            "delivered_text": result.delivered_text if result is not None else "",
+            "superseded_deleted": result.superseded_deleted if result is not None else 0,
+            "finished": result is not None,
+        }
+
+    def _label(self, index: int, turn: Turn) -> str:
+        return self.labels[index - 1] if index <= len(self.labels) else turn.turn_id
+
+    async def save(self, result: GenerationResult | None,
+                   origin: Mapping[str, str | int] | None = None) -> None:
+        """Every attempt's journal, each with the reply's outcome."""
+        if self.store is not None:
+            await self.store.save_turns(self.recorded, origin,
+                                        reply=lambda n: self.outcome(result, n))

@@ -301,8 +301,13 @@ def _ending(journal: Journal) -> list[str]:
         out.append(f"why        {last.event} from {last.source}: {why}")
     notices = _names(result.get("notices"))
     deferred = result.get("deferred_notice")
-    out.append(f"notices    {', '.join(notices) if notices else 'none'}"
-               + (f"; deferred: {deferred}" if deferred else ""))
+    reply = reply_of(journal)
+    posted = [n for n in _names(reply.get("notices")) if n not in notices] if reply else []
+    shown = ", ".join(notices) if notices else ("" if posted else "none")
+    if posted:
+        shown += ("; " if shown else "") + f"{', '.join(posted)} (the reply's, after its " \
+            "last attempt)"
+    out.append(f"notices    {shown}" + (f"; deferred: {deferred}" if deferred else ""))
     out.append(f"error      {result.get('error') or 'none'}")
     metrics = result.get("metrics")
     if isinstance(metrics, list) and metrics:
@@ -392,10 +397,48 @@ def _origin(journal: Journal) -> list[str]:
     return [f"origin     {', '.join(parts)}"] if parts else []
 
 
+def reply_of(journal: Journal) -> dict[str, Any]:
+    """The reply's outcome the journal carries (V9), or {} for a journal without one."""
+    reply = journal.scenario.get("reply")
+    return reply if isinstance(reply, dict) else {}
+
+
+def reply_attempts(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """The attempts of a reply, each an object (anything else is left out)."""
+    attempts = reply.get("attempts")
+    return [a for a in attempts if isinstance(a, dict)] if isinstance(attempts, list) else []
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _reply(journal: Journal) -> list[str]:
+    """Which reply the attempt belongs to, how the reply ended and its other journals."""
+    reply = reply_of(journal)
+    if not reply:
+        return []
+    attempts = reply_attempts(reply)
+    n, answered = _int(reply.get("attempt")), _int(reply.get("answered_by"))
+    line = f"reply      {reply.get('id', '?')}: attempt {n or '?'} of {len(attempts) or '?'}"
+    label = next((a.get("label") for a in attempts if _int(a.get("attempt")) == answered),
+                 None) if answered is not None else None
+    if answered is not None:
+        line += f"; answered by attempt {answered}" + (f" ({label})" if label else "")
+    else:
+        line += f"; no attempt answered (status {reply.get('status', '?')})"
+    out = [line]
+    for attempt in attempts:
+        mark = "  ← this journal" if _int(attempt.get("attempt")) == n else ""
+        out.append(f"  attempt {attempt.get('attempt', '?')}  {attempt.get('label', '?')}  "
+                   f"{attempt.get('status', '?')}  {attempt.get('journal', '?')}{mark}")
+    return out
+
+
 def summarize(journal: Journal) -> str:
-    """A readable account of one journal: how it ended and why, passes, tools, restarts,
-    time per state."""
+    """A readable account of one journal: the reply it is an attempt of, how it ended and
+    why, passes, tools, restarts, time per state."""
     out = [f"{journal.name}  ({journal.source})"]
-    for section in (_origin, _ending, _passes_and_tools, _restarts, _states):
+    for section in (_origin, _reply, _ending, _passes_and_tools, _restarts, _states):
         out.extend(section(journal))
     return "\n".join(out) + "\n"
