@@ -17,6 +17,7 @@ from transitions.extensions.diagrams import GraphMachine
 from fsm.engine.machine import CALLBACK_BY_TRIGGER, transition_specs
 from fsm.engine.table import STATES, TABLE, TERMINAL, edge_keys
 from fsm.review.diagram import (
+    FADED,
     KIND_STYLE,
     REFRESH_COMMAND,
     RUNNING_FILL,
@@ -281,7 +282,7 @@ def test_journal_edges_not_taken_are_faded() -> None:
         if _attr(attrs, "class") == "taken" or arrow_id.startswith("start") \
                 or _attr(attrs, "style") == "invis":
             continue
-        assert _attr(attrs, "color") == "#c4c4c4", arrow_id
+        assert _attr(attrs, "color") == FADED and _attr(attrs, "class") == "untaken", arrow_id
     assert "kill:Streaming:Stopped" in _taken(dot)
 
 

@@ -520,6 +520,16 @@ def _check_story_types(told: dict[str, Any]) -> None:
     for c in told["tools"]:
         assert isinstance(c["name"], str) and isinstance(c["pass"], int)
         assert c["outcome"] is None or isinstance(c["outcome"], dict)
+    assert all(isinstance(p["fed_back"], int) for p in told["passes"])
+    given = told["input"]
+    assert isinstance(given["system_prompt"], str) and isinstance(given["prefill"], str)
+    assert all(isinstance(m[k], str) for m in given["history"] for k in ("author", "content"))
+    assert all(isinstance(c["name"], str) for c in given["replayed"] + given["context"])
+    assert told["outcome"] in ("ok", "failed", "timeout", "stopped", "other", "unknown")
+    reply = told["reply"]
+    if reply is not None:
+        assert isinstance(reply["id"], str) and all(isinstance(n, str) for n in reply["notices"])
+        assert all(isinstance(a["journal"], str) for a in reply["attempts"])
 
 
 @settings(max_examples=120, deadline=None,

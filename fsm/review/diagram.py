@@ -46,7 +46,15 @@ from ..engine.table import (
     State,
 )
 from ..scenarios.format import ScenarioError
-from .inspect import EdgeKey, Journal, displayable, load_journal, summarize, time_in_states
+from .inspect import (
+    EdgeKey,
+    Journal,
+    displayable,
+    load_journal,
+    outcome_of,
+    summarize,
+    time_in_states,
+)
 
 REFRESH_COMMAND = "python -m fsm diagram"
 MACHINE_PREFIX = Path("diagrams/turn")
@@ -74,8 +82,15 @@ KIND_MEANING: dict[EdgeKind, str] = {
 RUNNING_FILL = "#eef3f8"
 TERMINAL_FILL: dict[str, str] = {"Done": "#c8e6c9", "TimedOut": "#ffe0b2", "Stopped": "#ffcdd2"}
 OTHER_TERMINAL_FILL = "#cfd8dc"
-FADED = "#c4c4c4"
-FADED_TEXT = "#a8a8a8"
+FADED = "#d5d5d5"
+FADED_TEXT = "#a0a0a0"
+FADED_WIDTH = "0.8"
+FADED_FONT_SIZE = "9"
+TAKEN_FONT_SIZE = "13"
+"""Under an overlay the edges a turn took carry large labels and the rest step back (V10)."""
+OUTCOME_FILL: dict[str, str] = {"ok": "#a5d6a7", "failed": "#ef9a9a", "timeout": "#ffcc80",
+                                "stopped": "#cfd8dc", "other": "#b3e5fc", "unknown": "#eeeeee"}
+"""The state one drawn turn ended in, filled by how it ended: a failed turn's Done is red."""
 VISITED = "#00897b"
 VISITED_FILL = "#b2dfdb"
 HEAT = ("#f4a259", "#ee8434", "#e4572e", "#c7302a", "#9e1b1b", "#6b0f0f")
@@ -180,6 +195,8 @@ class Overlay:
     ended: Counter[str] = field(default_factory=Counter)
     spent: dict[str, float] = field(default_factory=dict)
     journals: int = 0
+    status: str | None = None
+    """One journal's status (its ended state is filled by it)."""
 
     @property
     def heat(self) -> bool:
@@ -214,6 +231,7 @@ def overlay_of(journals: Sequence[Journal]) -> Overlay:
         only = journals[0]
         overlay.spent = time_in_states(only)[0]
         status = only.result.get("status", "?")
+        overlay.status = status if isinstance(status, str) else None
         overlay.title = (f"{dot_text(only.name)}: {len(only.transitions)} transitions, ended "
                          f"{dot_text(only.final_state, 40)} ({dot_text(status, 40)}) at "
                          f"{_secs(only.duration)}")
@@ -376,6 +394,7 @@ def _add_node(graph: graphviz.Digraph, state: State, rows: list[Row],
     else:
         attrs.update(fillcolor=RUNNING_FILL, color="#78909c")
     extra = ""
+    classes: dict[str, str] = {}
     if overlay is not None:
         entered = overlay.entered[state.value]
         ended = overlay.ended[state.value]
@@ -384,11 +403,17 @@ def _add_node(graph: graphviz.Digraph, state: State, rows: list[Row],
         elif ended:
             attrs.update(color="black", penwidth="3.5")
             extra = f"ended here {ended}×" if overlay.heat else "ended here"
+            if not overlay.heat:
+                outcome = outcome_of(overlay.status)
+                attrs["fillcolor"] = OUTCOME_FILL[outcome]
+                classes["class"] = f"ended outcome-{outcome}"
+                extra += f": {dot_text(overlay.status or '?', 40)}"
         else:
             attrs.update(color=VISITED, penwidth="2.2", fillcolor=VISITED_FILL)
             spent = overlay.spent.get(state.value)
             extra = f"entered {entered}×" + (f", {_secs(spent)}" if spent is not None else "")
-    graph.node(state.value, _node_label(state, internal, extra), **attrs)
+    graph.node(state.value, _node_label(state, internal, extra), _attributes=classes or None,
+               **attrs)
 
 
 def _add_states(graph: graphviz.Digraph, rows: list[Row], overlay: Overlay | None) -> None:
@@ -432,15 +457,18 @@ def _add_table_edges(graph: graphviz.Digraph, rows: list[Row], overlay: Overlay 
         keys = [key for key, _ in arrow.members]
         _key_comments(graph, keys)
         style = dict(KIND_STYLE[arrow.kind])
+        extra: dict[str, str] = {}
         if overlay is not None:
-            style.update(color=FADED, fontcolor=FADED_TEXT)
+            style.update(color=FADED, fontcolor=FADED_TEXT, penwidth=FADED_WIDTH,
+                         fontsize=FADED_FONT_SIZE)
+            extra = {"class": "untaken"}
         arrow_id = (":".join(keys[0]) if len(keys) == 1
                     else f"{keys[0][0]}:{arrow.ltail or arrow.tail}:{arrow.head}")
         attrs = {**style, "label": arrow.label(), "tooltip": " | ".join(arrow.tooltips),
                  "id": arrow_id}
         if arrow.ltail:
             attrs["ltail"] = arrow.ltail
-        graph.edge(arrow.tail, arrow.head, **attrs)
+        graph.edge(arrow.tail, arrow.head, _attributes=extra or None, **attrs)
 
 
 def _add_taken_edges(graph: graphviz.Digraph, rows: list[Row], overlay: Overlay) -> None:
@@ -473,7 +501,7 @@ def _add_taken_edges(graph: graphviz.Digraph, rows: list[Row], overlay: Overlay)
             width = "3"
         if row is None:
             label += NEWLINE + "(not in fsm/table.py)"
-        style.update(color=colour, fontcolor="black", penwidth=width)
+        style.update(color=colour, fontcolor="black", penwidth=width, fontsize=TAKEN_FONT_SIZE)
         graph.edge(key[1], key[2], label=label, id=":".join(key),
                    tooltip=_tooltip(row) if row is not None else "not in fsm/table.py",
                    _attributes={"class": "taken"}, **style)

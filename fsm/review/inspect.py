@@ -397,6 +397,20 @@ def _origin(journal: Journal) -> list[str]:
     return [f"origin     {', '.join(parts)}"] if parts else []
 
 
+OUTCOMES: dict[str, str] = {
+    "completed": "ok", "error": "failed", "empty_response": "failed",
+    "delivery_cap": "failed", "timeout": "timeout", "stopped_by_user": "stopped",
+    "follow_up_interrupt": "other", "function_call": "other",
+}
+"""How a status reads at a glance (the review page's badges, the colour of the state a drawn
+turn ended in): a turn that ended Done may have failed (V10)."""
+
+
+def outcome_of(status: Any) -> str:
+    """`ok`, `failed`, `timeout`, `stopped`, `other` or `unknown`."""
+    return OUTCOMES.get(status, "unknown") if isinstance(status, str) else "unknown"
+
+
 def reply_of(journal: Journal) -> dict[str, Any]:
     """The reply's outcome the journal carries (V9), or {} for a journal without one."""
     reply = journal.scenario.get("reply")

@@ -22,7 +22,7 @@ from typing import Any
 
 from ...engine.table import TERMINAL
 from ...scenarios.format import ScenarioError
-from ..inspect import Journal, load_journal
+from ..inspect import Journal, load_journal, outcome_of, reply_attempts, reply_of
 
 JOURNAL_SUFFIXES = (".json", ".jsonl")
 RUNNING = "(not terminal)"
@@ -56,11 +56,20 @@ class Row:
     error: str
     text: str
     haystack: str
+    reply: dict[str, Any] | None = None
+    """The reply the turn is an attempt of (V9): id, attempt, attempts, answered_by,
+    status, notices the user saw."""
+
+    @property
+    def group(self) -> str:
+        """What the list groups by: the reply, or the turn itself."""
+        return str(self.reply["id"]) if self.reply and self.reply.get("id") else self.id
 
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id, "name": self.name, "final_state": self.final_state,
             "terminal": self.final_state in _TERMINAL_NAMES, "status": self.status,
+            "outcome": outcome_of(self.status), "reply": self.reply,
             "notices": list(self.notices), "tools": list(self.tools),
             "duration": self.duration, "passes": self.passes, "restarts": self.restarts,
             "recorded": self.recorded.isoformat(timespec="seconds"), "error": self.error,
@@ -133,6 +142,9 @@ def row_of(journal: Journal, row_id: str, recorded: datetime) -> Row:
     passes = _count(result.get("passes"))
     tools = tools_of(journal)
     request = journal.scenario.get("request")
+    reply = _reply(journal)
+    if reply is not None:
+        notices += [n for n in reply["notices"] if n not in notices]
     searched = [journal.name, delivered, error, *tools, *notices,
                 *_texts(result.get("pass_results")), *_texts(journal.scenario.get("history")),
                 *(_texts(request.get("prefill")) if isinstance(request, dict) else [])]
@@ -144,8 +156,22 @@ def row_of(journal: Journal, row_id: str, recorded: datetime) -> Row:
             1 for tr in journal.transitions if tr.event == "begin"),
         restarts=sum(1 for tr in journal.transitions if tr.event == "restart"),
         recorded=recorded, error=error, text=delivered,
-        haystack="\n".join(searched).casefold(),
+        haystack="\n".join(searched).casefold(), reply=reply,
     )
+
+
+def _reply(journal: Journal) -> dict[str, Any] | None:
+    """What the list shows of the reply a turn is an attempt of, type-checked."""
+    record = reply_of(journal)
+    reply_id = record.get("id")
+    if not isinstance(reply_id, str) or not reply_id:
+        return None
+    attempt, answered = _count(record.get("attempt")), _count(record.get("answered_by"))
+    return {"id": reply_id, "attempt": attempt, "attempts": len(reply_attempts(record)),
+            "answered_by": answered, "status": _string(record.get("status")) or "?",
+            "outcome": outcome_of(record.get("status")),
+            "notices": _strings(record.get("notices")),
+            "final_notice": _string(record.get("final_notice"))}
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,8 +310,14 @@ class Catalog:
             del self._cache[gone]
         self._ids = {entry.row.id: path for path, entry in self._cache.items()
                      if entry.row is not None}
-        rows.sort(key=lambda r: (-r.recorded.timestamp(), r.id))
-        return Scan(rows, problems, pending)
+        return Scan(grouped(rows), problems, pending)
+
+    def ids_named(self, names: list[str]) -> dict[str, str]:
+        """The ids of listed journals with these names (a reply's other attempts)."""
+        wanted = set(names)
+        with self._lock:
+            return {entry.row.name: entry.row.id for entry in self._cache.values()
+                    if entry.row is not None and entry.row.name in wanted}
 
     def path_of(self, row_id: str) -> Path:
         """The file of a listed journal (scanning once more for one not seen yet); NotListed
@@ -349,6 +381,20 @@ class Catalog:
             entry = _Cached(stamp, None, Problem(row_id, _reason(exc)))
         self._cache[path] = entry
         return entry, True
+
+
+def grouped(rows: list[Row]) -> list[Row]:
+    """Newest first, a reply's attempts together and in order under the newest of them."""
+    newest: dict[str, float] = {}
+    for row in rows:
+        newest[row.group] = max(newest.get(row.group, 0.0), row.recorded.timestamp())
+
+    def order(row: Row) -> tuple[float, str, int, str]:
+        attempt = row.reply.get("attempt") if row.reply else None
+        return (-newest[row.group], row.group, attempt if isinstance(attempt, int) else 0,
+                row.id)
+
+    return sorted(rows, key=order)
 
 
 def _too_large(size: int, limit: int) -> str:

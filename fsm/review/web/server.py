@@ -153,7 +153,13 @@ async def _story(request: web.Request) -> web.Response:
 
     def tell() -> dict[str, Any]:
         journal, = _read(catalog, budgets, ids)
-        return story(journal)
+        told = story(journal)
+        reply = told["reply"]
+        if reply is not None:
+            listed = catalog.ids_named([a["journal"] for a in reply["attempts"]])
+            for attempt in reply["attempts"]:
+                attempt["id"] = listed.get(attempt["journal"])
+        return told
 
     return web.json_response(await app[READING].run("story", budgets.work_s, tell))
 

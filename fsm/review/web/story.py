@@ -1,5 +1,6 @@
 """One journal told as the review page steps through it: each transition, the passes with the
-chunks that arrived in them, tool calls and restarts.
+chunks that arrived in them, tool calls and restarts, what the model was given, and the reply
+the turn is an attempt of.
 
 The journal holds the passes' content chunks with their times (seconds after the pass's
 `begin`), so the text at any transition can be rebuilt: the kept text of every pass that has
@@ -8,6 +9,11 @@ result says it kept (a pass cut short drops what it never sent), so the last ste
 the user saw. The story sends each chunk once, with its time, and the page rebuilds the text
 of the step it shows (`PassWindow.text_at` is the same rule): the answer grows with the
 journal, never with steps × text (V6).
+
+The model's input is sent once as the journal holds it (the system prompt, the dialogue, the
+prefill, the calls replayed from an earlier attempt, the context restarts added) and each pass
+says how much of it it had seen: how many of the turn's tool calls had been fed back and which
+stashed context had been added by then (V10).
 
 Every field is type-checked as it is read: a journal of the wrong shape tells a shorter story,
 never a failed one, and what the page receives has the types it expects (V5).
@@ -19,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...engine.table import TERMINAL, State
-from ..inspect import Journal, summarize, table_edge
+from ..inspect import Journal, outcome_of, reply_attempts, reply_of, summarize, table_edge
 
 _PASS_STATES = frozenset({State.AWAITING_FIRST_TOKEN.value, State.STREAMING.value,
                           State.SETTLING.value})
@@ -159,6 +165,70 @@ def _steps(journal: Journal, windows: list[PassWindow]) -> list[dict[str, Any]]:
     return steps
 
 
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _dialogue(value: Any) -> list[dict[str, str]]:
+    """The history the turn read, as the journal holds it (scenario form)."""
+    items = value if isinstance(value, list) else []
+    return [{"author": _text(item.get("author")), "content": _text(item.get("content")),
+             "at": _text(item.get("at")), "id": str(item.get("id") or "")}
+            for item in items if isinstance(item, dict)]
+
+
+def _replayed(value: Any) -> list[dict[str, Any]]:
+    """Calls of an earlier attempt replayed into this one's history (G1)."""
+    entries = value if isinstance(value, list) else []
+    return [{"name": _text(e.get("tool_name")), "args": e.get("arguments"),
+             "result": e.get("result"), "success": e.get("success") is not False}
+            for e in entries if isinstance(e, dict)]
+
+
+def _context(journal: Journal) -> list[dict[str, Any]]:
+    """What tools put in the stash for a restart to add (R2), with when it was stashed."""
+    stash = journal.scenario.get("stash")
+    items = stash.items() if isinstance(stash, dict) else []
+    out = []
+    for name, item in items:
+        if isinstance(item, dict):
+            shown = {k: v for k, v in item.items() if k != "stash_at"}
+            out.append({"name": str(name), "at": _number(item.get("stash_at")),
+                        "item": shown})
+    return out
+
+
+def model_input(journal: Journal) -> dict[str, Any]:
+    """The model's input, once: what every pass was given besides the tool results."""
+    request = journal.scenario.get("request")
+    request = request if isinstance(request, dict) else {}
+    return {"system_prompt": _text(request.get("system_prompt")),
+            "prefill": _text(request.get("prefill")),
+            "request_notices": _strings(request.get("request_notices")),
+            "history": _dialogue(journal.scenario.get("history")),
+            "replayed": _replayed(request.get("function_history")),
+            "context": _context(journal)}
+
+
+def reply(journal: Journal) -> dict[str, Any] | None:
+    """The reply the turn is an attempt of (V9), type-checked."""
+    record = reply_of(journal)
+    if not record:
+        return None
+
+    def whole(value: Any) -> int | None:
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    return {"id": _text(record.get("id")), "attempt": whole(record.get("attempt")),
+            "answered_by": whole(record.get("answered_by")),
+            "status": _string(record.get("status")), "notices": _strings(record.get("notices")),
+            "final_notice": _string(record.get("final_notice")),
+            "attempts": [{"attempt": whole(a.get("attempt")), "label": _text(a.get("label")),
+                          "journal": _text(a.get("journal")), "status": _string(a.get("status")),
+                          "state": _string(a.get("state")), "id": None}
+                         for a in reply_attempts(record)]}
+
+
 def _pass(window: PassWindow) -> dict[str, Any]:
     info = window.info
     return {"index": window.index, "start": window.start, "end": window.end,
@@ -177,18 +247,29 @@ def story(journal: Journal) -> dict[str, Any]:
     flags = result.get("flags")
     notices = _strings(result.get("notices"))
     added = result.get("context_items_added")
+    calls = tool_calls(journal, windows)
+    passes = [_pass(w) for w in windows]
+    fed = 0
+    for told in passes:
+        while fed < len(calls) and calls[fed]["pass"] < told["index"]:
+            fed += 1
+        told["fed_back"] = fed
     return {
         "name": journal.name,
         "final_state": journal.final_state,
         "status": _string(result.get("status")),
+        "outcome": outcome_of(result.get("status")),
+        "terminal": journal.final_state in _TERMINAL_NAMES,
         "duration": journal.duration,
         "error": _string(result.get("error")),
         "notices": notices,
         "delivered_text": _string(result.get("delivered_text")) or _string(result.get("text"))
         or "",
         "steps": _steps(journal, windows),
-        "passes": [_pass(w) for w in windows],
-        "tools": tool_calls(journal, windows),
+        "passes": passes,
+        "tools": calls,
+        "input": model_input(journal),
+        "reply": reply(journal),
         "restarts": [{"t": tr.t, "event": tr.event, "source": tr.source, "dest": tr.dest}
                      for tr in journal.transitions
                      if tr.event in ("restart_requested", "restart")],
