@@ -8,13 +8,9 @@ named, secret never shown)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,28 +20,9 @@ from turn_engine.setting_names import field_paths
 from turn_engine.settings import AppSettings, ConfigurationError, load_settings
 
 from engine_support import ROOT
+from settings_support import environment, problems
 
 SECRET = "discord-token-that-must-never-show"
-
-
-@contextmanager
-def environment(directory: Path, **values: str) -> Iterator[None]:
-    """Only `values` as TURN_* variables, run from `directory` (where .env and turn.toml
-    are looked for)."""
-    kept = {k: v for k, v in os.environ.items() if not k.upper().startswith("TURN_")}
-    previous = Path.cwd()
-    with mock.patch.dict(os.environ, {**kept, **values}, clear=True):
-        os.chdir(directory)
-        try:
-            yield
-        finally:
-            os.chdir(previous)
-
-
-def problems(directory: Path, **values: str) -> list[str]:
-    with environment(directory, **values), pytest.raises(ConfigurationError) as caught:
-        load_settings()
-    return caught.value.problems
 
 
 def test_file_then_dotenv_then_environment(tmp_path: Path) -> None:
@@ -85,7 +62,7 @@ def test_misspelt_names_get_a_suggestion(tmp_path: Path) -> None:
     (tmp_path / ".env").unlink()
     (tmp_path / "turn.toml").write_text("[history]\nmax_mesages = 3\n")
     assert problems(tmp_path) == [
-        "turn.toml: history.max_mesages: not a setting (did you mean history.max_messages?)"]
+        "turn.toml: [history] max_mesages: not a setting (did you mean max_messages?)"]
 
 
 def test_free_form_maps_accept_any_key(tmp_path: Path) -> None:
@@ -130,8 +107,8 @@ def test_a_missing_persona_file_is_one_line(tmp_path: Path) -> None:
 def test_json_that_does_not_parse_names_the_field(tmp_path: Path) -> None:
     # covers O3: pydantic-settings' SettingsError becomes one line too
     assert problems(tmp_path, TURN_FALLBACKS="[{oops") == [
-        "fallbacks (TURN_FALLBACKS): not valid JSON; expected a JSON object or list "
-        "(see .env.example)"]
+        "fallbacks (TURN_FALLBACKS): not valid JSON at character 3; expected a JSON list such "
+        'as [{"kind": "openai", "model": "…", "base_url": "…"}] (see .env.example)']
 
 
 LEAVES = [path for path in field_paths(AppSettings)[0]

@@ -22,9 +22,12 @@ EXTRA_NAMES = frozenset({"TURN_CONFIG_FILE"})
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model inside `annotation` (`Model`, `Model | None`), if any."""
+    """The pydantic model inside `annotation` (`Model`, `Model | None`, an `Annotated`
+    model), if any."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _model_of(typing.get_args(annotation)[0])
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         for arg in typing.get_args(annotation):
             found = _model_of(arg)
@@ -33,10 +36,10 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _is_mapping(annotation: Any) -> bool:
+def is_mapping(annotation: Any) -> bool:
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
-        return any(_is_mapping(arg) for arg in typing.get_args(annotation))
+        return any(is_mapping(arg) for arg in typing.get_args(annotation))
     return origin in (dict, Mapping) or annotation is dict
 
 
@@ -52,7 +55,7 @@ def field_paths(model: type[BaseModel]) -> tuple[list[tuple[str, ...]], list[tup
             sub_paths, sub_open = field_paths(nested)
             paths.extend((name, *p) for p in sub_paths)
             open_paths.extend((name, *p) for p in sub_open)
-        elif _is_mapping(info.annotation):
+        elif is_mapping(info.annotation):
             open_paths.append((name,))
     return paths, open_paths
 
@@ -69,14 +72,32 @@ def annotation_at(model: type[BaseModel], path: Iterable[str]) -> Any:
     return annotation
 
 
+def _item_model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model of a list of models (`list[Model]`), if `annotation` is one."""
+    if typing.get_origin(annotation) in (list, tuple) and typing.get_args(annotation):
+        return _model_of(typing.get_args(annotation)[0])
+    return None
+
+
 def is_json_valued(annotation: Any) -> bool:
     """Whether pydantic-settings reads the variable as JSON (lists, maps, models)."""
-    if _model_of(annotation) is not None or _is_mapping(annotation):
+    if _model_of(annotation) is not None or is_mapping(annotation):
         return True
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         return any(is_json_valued(arg) for arg in typing.get_args(annotation))
     return origin in (list, tuple, set, frozenset) or annotation in (list, tuple, set)
+
+
+def needs_json(annotation: Any) -> str | None:
+    """"object" or "list" when every value a variable of this type can take is JSON of that
+    shape (a model, a map, a list, or one of them or None), else None: `bool | list[str]`
+    also takes `yes`, so its variable is not checked as JSON."""
+    options = [a for a in typing.get_args(annotation) if a is not type(None)] \
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType) else [annotation]
+    shapes = {"list" if typing.get_origin(a) in (list, tuple, set, frozenset) else "object"
+              for a in options if is_json_valued(a)}
+    return shapes.pop() if len(shapes) == 1 and len(options) == 1 else None
 
 
 def env_name(path: Iterable[str]) -> str:
@@ -98,20 +119,47 @@ def unknown_names(model: type[BaseModel], names: Iterable[str]) -> list[str]:
     return problems
 
 
-def unknown_keys(model: type[BaseModel], data: Mapping[str, Any], where: str) -> list[str]:
-    """The same check for a configuration file's tables and keys."""
-    problems: list[str] = []
+Path = tuple[str | int, ...]
+
+
+def unknown_keys(model: type[BaseModel], data: Mapping[str, Any],
+                 at: Path = ()) -> list[tuple[Path, str]]:
+    """The keys of a configuration file's tables (and of its arrays of tables) that `model`
+    does not have, each with its path and a "did you mean" hint (or "")."""
+    found: list[tuple[Path, str]] = []
     fields = model.model_fields
     for key, value in data.items():
         info = fields.get(key)
         if info is None:
-            hint = _suggestion(key, set(fields), prefix=where.rsplit(": ", 1)[-1])
-            problems.append(f"{where}{key}: not a setting{hint}")
+            found.append(((*at, key), _suggestion(key, set(fields))))
             continue
         nested = _model_of(info.annotation)
+        items = _item_model_of(info.annotation)
         if nested is not None and isinstance(value, Mapping):
-            problems.extend(unknown_keys(nested, value, f"{where}{key}."))
-    return problems
+            found.extend(unknown_keys(nested, value, (*at, key)))
+        elif items is not None and isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, Mapping):
+                    found.extend(unknown_keys(items, item, (*at, key, index)))
+    return found
+
+
+def model_at(model: type[BaseModel], path: Iterable[str | int]) -> type[BaseModel] | None:
+    """The model that holds the fields under `path` (list indexes stepped over), if any."""
+    current: type[BaseModel] | None = model
+    for part in path:
+        if isinstance(part, int):
+            continue
+        if current is None or part not in current.model_fields:
+            return None
+        annotation = current.model_fields[part].annotation
+        current = _model_of(annotation) or _item_model_of(annotation)
+    return current
+
+
+def suggestion(name: str, model: type[BaseModel] | None) -> str:
+    """" (did you mean NAME?)" for the field of `model` closest to `name`, or ""."""
+    return _suggestion(name, set(model.model_fields)) if model is not None else ""
 
 
 def _suggestion(name: str, known: Iterable[str], prefix: str = "") -> str:

@@ -9,35 +9,39 @@ key is read from the variable its `api_key_env` names, in the environment or in 
 key needs to sit in this configuration. Settings are read once, at start-up; the persona file
 is the one thing re-read (when it changes), see `persona.py`.
 
-A mistake stops start-up with one line per problem naming the setting and what was expected:
-a value of the wrong type, a misspelt name ("did you mean"), JSON that does not parse, an
-unreadable file. Secrets are never echoed.
+A mistake stops start-up with one line per problem, every problem at once, naming where it
+was written (the variable, or the file, section and key) and what was expected: a value of
+the wrong type, a misspelt name ("did you mean"), JSON that does not parse, a URL that cannot
+be connected to, an API key written into a provider object (refused: keys live in their own
+variables, see `_operator_provider`), an unreadable file. Values are never echoed.
 """
 
 from __future__ import annotations
 
 import contextvars
-import json
+import copy
 import os
-import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from dotenv import dotenv_values
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
     ValidationError,
     field_validator,
-    model_validator,
 )
+from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
@@ -49,15 +53,16 @@ from fsm.telemetry.config import TelemetryConfig
 from providers import ProviderConfig
 
 from .gc_tuning import GcSettings
-from .setting_names import (
-    PREFIX,
-    annotation_at,
-    env_name,
-    is_json_valued,
-    unknown_keys,
-    unknown_names,
+from .setting_names import PREFIX, unknown_keys, unknown_names
+from .setting_problems import (
+    Sources,
+    json_problems,
+    unknown_key_lines,
+    validation_lines,
 )
+from .url_settings import http_url_problem, redis_url_problem
 
+_T = TypeVar("_T")
 DEFAULT_CONFIG_FILE = "turn.toml"
 DEFAULT_ENV_FILE = ".env"
 DEFAULT_SYSTEM_PROMPT = "You are a friendly, concise assistant in a Discord server."
@@ -66,6 +71,10 @@ _FILE_DATA: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
     "turn_settings_file_data", default=MappingProxyType({}))
 _DOTENV: contextvars.ContextVar[Mapping[str, str | None]] = contextvars.ContextVar(
     "turn_settings_dotenv", default=MappingProxyType({}))
+_SKIPPED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "turn_settings_skipped", default=frozenset())
+"""Variables already reported (misspelt, or JSON that does not parse), left out of the read so
+that the rest of the configuration is still checked."""
 
 
 class _Group(BaseModel):
@@ -140,6 +149,41 @@ class LogSettings(_Group):
     """For discord.py, aiohttp and transitions, which are chatty at INFO."""
 
 
+def _operator_provider(value: Any) -> Any:
+    """A provider object as an operator writes it, its keys then read from the environment
+    or `.env`. An API key written into the object itself (`api_key`, `api_keys`) is refused
+    rather than discouraged: the object is configuration, and configuration is committed
+    (`turn.toml`), mounted into containers, shown by `docker inspect` and pasted into bug
+    reports; a key in a variable of its own (`.env`, a secret store's environment), named by
+    `api_key_env`, is none of those and costs one line."""
+    if not isinstance(value, dict):
+        return value
+    for key, fix in (("api_key", "api_key_env"), ("api_keys", "api_key_envs")):
+        if key in value:
+            raise PydanticCustomError(
+                "inline_api_key",
+                "an API key written into the provider is refused; put the key in .env as a "
+                "variable of its own and name that variable in {fix}", {"at": (key,), "fix": fix})
+    return _with_dotenv_key(value)
+
+
+def _provider_urls(config: ProviderConfig) -> ProviderConfig:
+    if config.base_url is not None and (problem := http_url_problem(config.base_url)):
+        raise PydanticCustomError("url_setting", problem, {"at": ("base_url",)})
+    return config
+
+
+def _telemetry_urls(config: TelemetryConfig) -> TelemetryConfig:
+    if config.otlp_endpoint is not None and (problem := http_url_problem(config.otlp_endpoint)):
+        raise PydanticCustomError("url_setting", problem, {"at": ("otlp_endpoint",)})
+    return config
+
+
+OperatorProvider = Annotated[ProviderConfig, BeforeValidator(_operator_provider),
+                             AfterValidator(_provider_urls)]
+"""A provider in the operator's settings: no inline keys, a base URL that can be reached."""
+
+
 class AppSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=PREFIX, env_file=DEFAULT_ENV_FILE, env_file_encoding="utf-8",
@@ -147,8 +191,8 @@ class AppSettings(BaseSettings):
     )
 
     discord_token: SecretStr | None = None
-    provider: ProviderConfig | None = None
-    fallbacks: list[ProviderConfig] = Field(default_factory=list)
+    provider: OperatorProvider | None = None
+    fallbacks: list[OperatorProvider] = Field(default_factory=list)
     engine: TurnConfig = Field(default_factory=TurnConfig)
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     system_prompt_file: Path | None = None
@@ -164,7 +208,8 @@ class AppSettings(BaseSettings):
     journals: JournalSettings = Field(default_factory=JournalSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     gc: GcSettings = Field(default_factory=GcSettings)
-    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    telemetry: Annotated[TelemetryConfig, AfterValidator(_telemetry_urls)] = Field(
+        default_factory=TelemetryConfig)
     """Traces and metrics of turns (`TURN_TELEMETRY__TRACES`, `__METRICS`, ...), each off
     unless switched on; the packages are an optional extra (fsm/telemetry)."""
     shutdown_grace_s: float = Field(default=10.0, gt=0)
@@ -184,8 +229,20 @@ class AppSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Arguments, then the environment, then `.env`, then the TOML file."""
+        skipped = {name.lower() for name in _SKIPPED.get()}
+        for source in (env_settings, dotenv_settings):
+            if skipped and isinstance(source, EnvSettingsSource):
+                source.env_vars = {name: value for name, value in source.env_vars.items()
+                                   if name.lower() not in skipped}
         file_settings = InitSettingsSource(settings_cls, init_kwargs=dict(_FILE_DATA.get()))
         return init_settings, env_settings, dotenv_settings, file_settings
+
+    @field_validator("redis_url")
+    @classmethod
+    def _usable_redis_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and (problem := redis_url_problem(value.get_secret_value())):
+            raise PydanticCustomError("url_setting", problem)
+        return value
 
     @field_validator("system_prompt_file")
     @classmethod
@@ -198,21 +255,6 @@ class AppSettings(BaseSettings):
             raise ValueError(f"cannot read the persona file {value} "
                              f"({type(exc).__name__})") from None
         return value
-
-    @model_validator(mode="before")
-    @classmethod
-    def _keys_from_dotenv(cls, data: Any) -> Any:
-        """`api_key_env` may name a variable of `.env`: the process environment does not
-        hold those (pydantic-settings reads `.env` only for `TURN_*` names)."""
-        if not isinstance(data, dict):
-            return data
-        out = dict(data)
-        if isinstance(out.get("provider"), dict):
-            out["provider"] = _with_dotenv_key(out["provider"])
-        if isinstance(out.get("fallbacks"), list):
-            out["fallbacks"] = [_with_dotenv_key(p) if isinstance(p, dict) else p
-                                for p in out["fallbacks"]]
-        return out
 
     def attempts(self) -> list[ProviderConfig]:
         """Primary first, then the fallbacks in order (G1)."""
@@ -228,18 +270,18 @@ class AppSettings(BaseSettings):
 
 def _with_dotenv_key(provider: dict[str, Any]) -> dict[str, Any]:
     """`api_key_env` and `api_key_envs` resolved from `.env` where the environment lacks
-    them (the provider's own validation still reports a name found nowhere)."""
+    them: pydantic-settings reads `.env` only for `TURN_*` names, and the provider's own
+    validation looks in the process environment (it still reports a name found nowhere)."""
     dotenv = _DOTENV.get()
     out = dict(provider)
     name = out.get("api_key_env")
-    if not out.get("api_key") and isinstance(name, str) and not os.environ.get(name) \
-            and dotenv.get(name):
+    if isinstance(name, str) and not os.environ.get(name) and dotenv.get(name):
         out["api_key"] = dotenv[name]
     names = out.get("api_key_envs")
     if isinstance(names, list) and all(isinstance(n, str) for n in names):
         values = [os.environ.get(n) or dotenv.get(n) for n in names]
         if all(values) and any(not os.environ.get(n) for n in names):
-            out["api_keys"] = [*out.get("api_keys", []), *values]
+            out["api_keys"] = values
             del out["api_key_envs"]
     return out
 
@@ -254,30 +296,63 @@ class ConfigurationError(ValueError):
 
 def load_settings(config_file: str | Path | None = None,
                   env_file: str | Path = DEFAULT_ENV_FILE) -> AppSettings:
-    """The settings, or a `ConfigurationError` listing every problem found."""
-    dotenv = _read_dotenv(Path(env_file))
-    path = _config_path(config_file, dotenv)
-    data = _read_config_file(path) if path is not None else {}
-    problems = unknown_names(AppSettings, [*os.environ, *dotenv])
-    problems += unknown_keys(AppSettings, data, f"{path}: " if path else "")
-    if problems:
-        raise ConfigurationError(problems)
-    file_token, dotenv_token = _FILE_DATA.set(data), _DOTENV.set(dotenv)
+    """The settings, or a `ConfigurationError` listing every problem found, all at once:
+    misspelt names and JSON that does not parse are reported, then left out, and the rest is
+    still read and checked."""
+    problems: list[str] = []
+    dotenv = _collect(problems, _read_dotenv, Path(env_file)) or {}
+    path = _collect(problems, _config_path, config_file, dotenv)
+    data = (_collect(problems, _read_config_file, path) or {}) if path is not None else {}
+    sources = Sources(environ=os.environ, dotenv=dotenv, file=path, data=data)
+    misspelt = unknown_names(AppSettings, [*os.environ, *dotenv])
+    problems += misspelt
+    unknown = unknown_keys(AppSettings, data)
+    if path is not None:
+        problems += unknown_key_lines(unknown, path)
+    not_json, skipped = json_problems(AppSettings, sources)
+    problems += not_json
+    skipped |= {line.split(":", 1)[0].upper() for line in misspelt}
+    tokens = (_FILE_DATA.set(_without(data, [p for p, _ in unknown])), _DOTENV.set(dotenv),
+              _SKIPPED.set(frozenset(skipped)))
+    settings: AppSettings | None = None
     try:
         settings = AppSettings(_env_file=env_file)
     except ValidationError as exc:
-        raise ConfigurationError([_validation_line(err) for err in exc.errors()]) from None
+        problems += validation_lines(AppSettings, exc.errors(), sources)
     except SettingsError as exc:
-        names = {**{k: v for k, v in dotenv.items()}, **os.environ}
-        raise ConfigurationError([_settings_error_line(exc, names)]) from None
+        problems.append(f"settings: {' '.join(str(exc).split())} (see .env.example)")
     finally:
-        _FILE_DATA.reset(file_token)
-        _DOTENV.reset(dotenv_token)
+        _FILE_DATA.reset(tokens[0])
+        _DOTENV.reset(tokens[1])
+        _SKIPPED.reset(tokens[2])
+    if problems or settings is None:
+        raise ConfigurationError(list(dict.fromkeys(problems)))
     if settings.discord_token is not None and settings.provider is None:
         raise ConfigurationError([
             "TURN_PROVIDER: not set, and the bot needs a model to answer with "
             "(TURN_DISCORD_TOKEN is set); see .env.example"])
     return settings
+
+
+def _collect(problems: list[str], read: Callable[..., _T], *args: Any) -> _T | None:
+    """`read(*args)`, its problems added to `problems` instead of raised."""
+    try:
+        return read(*args)
+    except ConfigurationError as exc:
+        problems.extend(exc.problems)
+        return None
+
+
+def _without(data: Mapping[str, Any], paths: list[tuple[str | int, ...]]) -> dict[str, Any]:
+    """`data` less the keys at `paths` (reported already as not settings)."""
+    out: dict[str, Any] = copy.deepcopy(dict(data))
+    for path in paths:
+        parent: Any = out
+        for part in path[:-1]:
+            parent = parent[part]
+        if isinstance(parent, dict):
+            del parent[path[-1]]
+    return out
 
 
 def _read_dotenv(path: Path) -> dict[str, str | None]:
@@ -308,47 +383,3 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigurationError([f"{path}: not valid TOML ({exc})"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigurationError([f"{path}: cannot be read ({type(exc).__name__})"]) from None
-
-
-def _validation_line(error: Any) -> str:
-    loc = [str(part) for part in error["loc"]]
-    leading: list[str] = []
-    for part in error["loc"]:
-        if not isinstance(part, str):
-            break
-        leading.append(part)
-    dotted = ".".join(loc) or "settings"
-    variable = f" ({env_name(leading)})" if leading else ""
-    message = " ".join(str(error["msg"]).split())
-    return f"{dotted}{variable}: {message}"
-
-
-_SOURCE_FIELD = re.compile(r'field "([^"]+)"')
-
-
-def _settings_error_line(exc: SettingsError, names: Mapping[str, str | None]) -> str:
-    """pydantic-settings' own errors (a complex value that is not JSON) name only the
-    top-level field, in prose; find the variable under it whose JSON does not parse."""
-    match = _SOURCE_FIELD.search(str(exc))
-    path = match.group(1).split(".") if match else []
-    prefix = env_name(path) if path else PREFIX
-    for name, value in sorted(names.items()):
-        upper = name.upper()
-        if upper != prefix and not upper.startswith(prefix + "__"):
-            continue
-        sub = upper.removeprefix(PREFIX).lower().split("__")
-        if not is_json_valued(annotation_at(AppSettings, sub)) or _parses(value):
-            continue
-        path, prefix = sub, upper
-        break
-    dotted = ".".join(path) or "settings"
-    return (f"{dotted} ({prefix}): not valid JSON; expected a JSON object or list "
-            "(see .env.example)")
-
-
-def _parses(value: str | None) -> bool:
-    try:
-        json.loads(value or "")
-    except ValueError:
-        return False
-    return True
