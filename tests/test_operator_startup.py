@@ -8,13 +8,15 @@ kept, and `serve` returns 0; the turn-end log line has what an operator needs.""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import re
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import discord
@@ -24,9 +26,16 @@ from discord_io.testing import DiscordEmulator
 from discord_io.testing.emulator import pointed_at
 from providers.replay_server import Hang, ReplayServer, Send
 from turn_engine.bot import build_client, serve
+from turn_engine.logging_setup import setup_logging
 from turn_engine.settings import AppSettings
 from turn_engine.shutdown import StopRequest
-from turn_engine.startup import PERMISSIONS, StartupError, describe_failure, invite_url
+from turn_engine.startup import (
+    PERMISSIONS,
+    StartupError,
+    describe_failure,
+    invite_url,
+    ready_line,
+)
 
 from engine_support import ROOT
 from providers_support import sse
@@ -151,6 +160,53 @@ async def test_start_prints_the_invite_and_a_stop_request_exits_cleanly(
         assert await asyncio.wait_for(serving, 60) == 0
         assert client.is_closed()
     assert f"invite the bot with: {invite_url(emu.application_id)}" in caplog.text
+
+
+@contextmanager
+def operator_log() -> Iterator[io.StringIO]:
+    """What the main job's log handler writes, with discord.py's once-per-process voice
+    warnings armed again (an earlier client in this process has spent them)."""
+    stream = io.StringIO()
+    armed = discord.VoiceClient.warn_nacl, discord.VoiceClient.warn_dave
+    discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = True
+    handler = setup_logging("INFO", "WARNING", stream=stream)
+    try:
+        yield stream
+    finally:
+        logging.getLogger().removeHandler(handler)
+        discord.VoiceClient.warn_nacl, discord.VoiceClient.warn_dave = armed
+
+
+@virtual_time
+async def test_a_good_start_says_who_where_and_that_kill_is_registered(tmp_path: Path) -> None:
+    # covers O13: one ready line after the gateway's READY and guilds, naming the bot, its
+    # server count and /kill; discord.py's voice warnings (the bot has no voice) are gone
+    with operator_log() as log:
+        async with emulator() as emu:
+            emu.add_guild("second guild")
+            stop = StopRequest()
+            client = build_client()
+            serving = asyncio.create_task(serve(
+                _settings(emu.token, "http://127.0.0.1:9", tmp_path), stop=stop, client=client))
+            await asyncio.wait_for(_ready(client), 60)
+            assert [r.route for r in emu.requests].count(
+                "PUT /applications/{application_id}/commands") == 1
+            stop.request("SIGTERM")
+            assert await asyncio.wait_for(serving, 60) == 0
+    lines = log.getvalue().splitlines()
+    name = emu.bot["username"]
+    ready = [line for line in lines if "connected as" in line]
+    assert [line.split(" ", 1)[1] for line in ready] == [
+        f"INFO turn_engine.bot: connected as {name} ({emu.bot_id}) in 2 servers; "
+        "/kill registered"], lines
+    assert not [line for line in lines if " WARNING " in line], lines
+
+
+def test_the_ready_line_says_when_kill_was_not_registered() -> None:
+    # covers O13: a refused registration is said on the ready line too
+    client = SimpleNamespace(user=SimpleNamespace(name="turnbot", id=5), guilds=[object()])
+    assert ready_line(client, False) == (  # type: ignore[arg-type]
+        "connected as turnbot (5) in 1 server; /kill NOT registered (see the warning above)")
 
 
 @virtual_time

@@ -53,7 +53,7 @@ from .journals import JournalStore, ReplyJournals, scenario_history
 from .persona import Persona
 from .settings import AppSettings, ConfigurationError, JournalSettings, ToolSettings
 from .shutdown import StopRequest
-from .startup import StartupError, describe_failure, invite_url
+from .startup import StartupError, describe_failure, invite_url, ready_line
 from .telemetry import build_telemetry, start_telemetry, with_telemetry
 from .turn_log import log_turn_end
 
@@ -132,6 +132,8 @@ class TurnBot:
         self.results: deque[GenerationResult] = deque(maxlen=recent_results)
         """The last turns' results, for an operator's look: bounded, the bot runs for weeks."""
         self.stopping = False
+        self.kill_registered = False
+        """Whether Discord took /kill at start-up (`tree.sync`), for the ready line."""
         self.scale_out: RedisChannelQueue[discord.Message] | None = None
         """The Redis queue when the bot runs as many processes (`scale_out.attach_scale_out`)."""
         self._channels: set[str] = set()
@@ -149,8 +151,12 @@ class TurnBot:
         return user.id
 
     def attach(self) -> None:
-        """Listen to the client's messages."""
+        """Listen to the client's messages, and say when it is connected."""
         self.client.event(self.on_message)
+        self.client.event(self.on_ready)
+
+    async def on_ready(self) -> None:
+        log.info("%s", ready_line(self.client, self.kill_registered))
 
     async def start(self) -> None:
         await start_telemetry(self.telemetry, self.queue.waiting)
@@ -159,6 +165,7 @@ class TurnBot:
             await self.scale_out.start()
         try:
             await self.tree.sync()
+            self.kill_registered = True
         except discord.HTTPException as exc:
             log.warning("/kill could not be registered with Discord (HTTP %s): %s",
                         exc.status, exc.text or "no detail")

@@ -68,6 +68,16 @@ class OneLineReconnects(logging.Filter):
         return True
 
 
+class NoVoiceWarnings(logging.Filter):
+    """discord.py warns at every start that PyNaCl and davey are missing, so "voice will NOT
+    be supported": the bot never joins a voice channel, and two warnings on a good start
+    teach an operator to ignore warnings."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "discord.client"
+                    and str(record.msg).endswith("voice will NOT be supported"))
+
+
 def setup_logging(level: str = "INFO", library_level: str = "WARNING",
                   secrets: Iterable[str] = (), stream: TextIO | None = None) -> logging.Handler:
     """Install the handler (replacing an earlier one from here) and return it."""
@@ -77,6 +87,7 @@ def setup_logging(level: str = "INFO", library_level: str = "WARNING",
             root.removeHandler(handler)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(UtcFormatter())
+    handler.addFilter(NoVoiceWarnings())
     handler.addFilter(OneLineReconnects())
     handler.addFilter(RedactSecrets(secrets))
     handler.turn_engine = True  # type: ignore[attr-defined]

@@ -3,7 +3,8 @@
 `PERMISSIONS` is exactly the list docs/discord.md gives an operator (a test holds the two
 together); the invite URL printed at start-up asks for those and the two scopes the bot uses.
 `describe_failure` turns discord.py's start-up exceptions into one line that says what to do,
-instead of the traceback an operator would otherwise get.
+instead of the traceback an operator would otherwise get; `ready_line` is the one line that
+says a start-up went well.
 """
 
 from __future__ import annotations
@@ -28,6 +29,18 @@ class StartupError(RuntimeError):
 
 def invite_url(application_id: int) -> str:
     return discord.utils.oauth_url(application_id, permissions=PERMISSIONS, scopes=SCOPES)
+
+
+def ready_line(client: discord.Client, kill_registered: bool) -> str:
+    """`connected as NAME (id) in N servers; /kill registered`: who the bot is, where, and
+    whether its command reached Discord (a refusal was logged as a warning before)."""
+    user = client.user
+    who = f"{user.name} ({user.id})" if user is not None else "an unknown user"
+    count = len(client.guilds)
+    servers = f"{count} server" + ("" if count == 1 else "s")
+    kill = "/kill registered" if kill_registered else \
+        "/kill NOT registered (see the warning above)"
+    return f"connected as {who} in {servers}; {kill}"
 
 
 def describe_failure(exc: BaseException) -> str | None:
