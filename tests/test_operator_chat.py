@@ -1,6 +1,6 @@
 """The terminal chat as a person uses it (O10): `python -m turn_engine` with a
 provider, in a real pseudo-terminal (pexpect) or with pipes, against loopback model servers.
-Ctrl-C at the prompt leaves cleanly; transition lines never share a line with reply text;
+Ctrl-C at the prompt leaves cleanly; a reply stays whole, its transitions after it;
 chat turns are journaled like bot turns; a base_url answering 404 names the URL it tried.
 Real processes, real time; no timed asserts (timeouts only bound a hang)."""
 
@@ -21,6 +21,7 @@ import pexpect
 import pytest
 
 from providers.replay_server import ReplayServer, Send
+from turn_engine.chat import Screen
 
 from engine_support import ROOT
 from providers_support import sse
@@ -103,9 +104,9 @@ def test_ctrl_c_during_a_reply_stops_it_and_the_chat_goes_on(tmp_path: Path) -> 
     assert child.exitstatus == 0 and "Traceback" not in (child.before or "")
 
 
-def test_transition_lines_never_share_a_line_with_the_reply(tmp_path: Path) -> None:
-    # covers O10 with G1 in a terminal: the first model breaks mid-reply, the
-    # fallback continues; every transition sits on a line of its own
+def test_the_reply_stays_whole_with_transitions_after_it(tmp_path: Path) -> None:
+    # covers O10 with G1 in a terminal: the first model breaks mid-reply, the fallback
+    # continues; the reply is one line, the transitions from its first text on come after it
     broken = sse(_chunk("Hello"))  # no finish: the stream ends incomplete
     fine = sse(_chunk(" world."), DONE) + b"data: [DONE]\n\n"
     with model_server(broken) as first, model_server(fine) as second:
@@ -123,14 +124,38 @@ def test_transition_lines_never_share_a_line_with_the_reply(tmp_path: Path) -> N
     assert child.exitstatus == 0
     lines = [line for line in screen.split("\n") if line.strip()]
     transitions = [line for line in lines if "─▶" in line]
-    replies = [line for line in lines if line.startswith("bot> ")]
     assert transitions and all(line.startswith("  · ") for line in transitions), lines
-    assert "".join(line.removeprefix("bot> ") for line in replies) == "Hello world."
-    assert len(replies) == 2  # the reply resumed on its own line after the transitions
+    replies = [n for n, line in enumerate(lines) if line.startswith("bot> ")]
+    assert len(replies) == 1, lines
+    [reply] = replies
+    assert lines[reply] == "bot> Hello world.", lines
+    before = [line for line in lines[:reply] if "─▶" in line]
+    after = [line for line in lines[reply:] if "─▶" in line]
+    assert [line.split()[2:] for line in before] == [
+        ["Preparing", "─begin─▶", "AwaitingFirstToken"]], lines
+    assert sum("─begin─▶" in line for line in after) == 1  # the fallback's pass, held
+    assert after[-1].endswith("─▶ Done") and lines[-2:] == ["  = completed", "you> "], lines
     journals = sorted((tmp_path / "j").glob("*-chat-*-a*.json"))
     assert len(journals) == 2  # one per attempt, like a bot turn (V8: named by the reply)
     results = [json.loads(p.read_text())["result"]["status"] for p in journals]
     assert sorted(results) == ["completed", "error"]
+
+
+def test_a_reply_across_passes_lines_and_a_notice_reads_as_one() -> None:
+    # covers O10 on the screen itself: a tool pass, text with newlines and a log line
+    # mid-reply never cut it; a notice closes its line and the reply resumes after it
+    out, err = io.StringIO(), io.StringIO()
+    screen = Screen(out, err)
+    screen.transition("  · begin")
+    screen.reply("Let me check. ")
+    screen.transition("  · tool_call")
+    screen.reply("It is cold:\n- snow\n")
+    screen.reply("- wind")
+    screen.end_line()  # a log line or a notice closes the line
+    screen.reply(" and more")
+    screen.status("  = completed")
+    assert out.getvalue() == "bot> Let me check. It is cold:\n- snow\n- wind\nbot>  and more\n"
+    assert err.getvalue() == "  · begin\n  · tool_call\n  = completed\n"
 
 
 @pytest.mark.asyncio

@@ -1,9 +1,10 @@
 """Terminal chat: talk to a real model through the real engine, seeing its transitions.
 
 Each line typed is one generation turn (primary model, then fallbacks), journaled like a bot
-turn. The reply streams to stdout after `bot> `; the machine's transitions go to stderr, each
-on a line of its own (a reply cut by a transition resumes on a new `bot> ` line). Ctrl-C
-during a reply is `/kill`; Ctrl-C, Ctrl-D or `/quit` at the prompt leaves, with status 0.
+turn. The reply streams to stdout after `bot> `, whole across its passes and attempts; the
+machine's transitions go to stderr, each on a line of its own, as they happen until the reply
+begins and after it from then on. Ctrl-C during a reply is `/kill`; Ctrl-C, Ctrl-D or `/quit`
+at the prompt leaves, with status 0.
 
 Lines are read from the raw stdin descriptor on a daemon thread: `input()` in an executor
 cannot be abandoned (Ctrl-C at the prompt would hang until Enter), and a daemon thread
@@ -43,59 +44,94 @@ REPLY = "bot> "
 
 
 class Screen:
-    """Stdout and stderr as one screen: knows whether the reply line is open, so a
-    transition line is never written after reply text on the same line."""
+    """Stdout and stderr as one screen, keeping a reply whole: from its first text until the
+    turn ends, the machine's transition lines wait and are written after the reply (a reply
+    cut by `· … first_token …` lines is hard to read), and no line of the machine's ever
+    follows reply text on the same line."""
 
     def __init__(self, out: TextIO, err: TextIO) -> None:
         self.out = out
         self.err = err
         self.at_line_start = True
+        self.replying = False
+        self.resume = False
+        """The reply's line was closed early (a notice, a log line): the next text starts a
+        new `bot> ` line."""
+        self.held: list[str] = []
 
     def reply(self, text: str) -> None:
         if not text:
             return
-        if self.at_line_start:
+        if not self.replying or self.resume:
+            if not self.at_line_start:
+                self.out.write("\n")
             self.out.write(REPLY)
         self.out.write(text)
         self.out.flush()
         self.at_line_start = text.endswith("\n")
+        self.replying, self.resume = True, False
 
     def end_line(self) -> None:
         if not self.at_line_start:
             self.out.write("\n")
             self.out.flush()
             self.at_line_start = True
+        self.resume = self.replying
+
+    def transition(self, line: str) -> None:
+        """A transition line: now, or after the reply when one is being written."""
+        if self.replying:
+            self.held.append(line)
+        else:
+            self.status(line)
+
+    def end_reply(self) -> None:
+        """The turn is over: close the reply's line, then write the transitions it held."""
+        self.end_line()
+        self.replying = self.resume = False
+        held, self.held = self.held, []
+        for line in held:
+            self.err.write(line + "\n")
+        self.err.flush()
 
     def status(self, line: str) -> None:
-        """A line of the machine's (transitions, results, errors) on stderr."""
-        self.end_line()
+        """A line of the machine's (results, errors) on stderr, after the reply."""
+        self.end_reply()
         self.err.write(line + "\n")
         self.err.flush()
 
 
-class EndReplyLine(logging.Filter):
-    """Log lines are the machine's too: one that arrives mid-reply starts on a new line."""
+class AfterTheReply(logging.Filter):
+    """Log lines are the machine's too: one that comes while a reply is being written waits
+    with the transitions and is written after the reply; otherwise it goes out at once, on a
+    line of its own."""
 
-    def __init__(self, screen: Screen) -> None:
+    def __init__(self, screen: Screen, handler: logging.Handler) -> None:
         super().__init__()
         self.screen = screen
+        self.handler = handler
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if self.screen.replying:
+            self.screen.held.append(self.handler.format(record))
+            return False
         self.screen.end_line()
         return True
 
 
 @contextlib.contextmanager
 def log_lines_apart(screen: Screen) -> Iterator[None]:
-    handlers = list(logging.getLogger().handlers)
-    apart = EndReplyLine(screen)
-    for handler in handlers:
-        handler.addFilter(apart)
+    """Every log handler's lines kept out of the reply (`AfterTheReply`), added last so the
+    handler's own filters (secret redaction) have run on what is held."""
+    added = [(handler, AfterTheReply(screen, handler))
+             for handler in logging.getLogger().handlers]
+    for handler, after in added:
+        handler.addFilter(after)
     try:
         yield
     finally:
-        for handler in handlers:
-            handler.removeFilter(apart)
+        for handler, after in added:
+            handler.removeFilter(after)
 
 
 class TerminalChannel:
@@ -108,7 +144,7 @@ class TerminalChannel:
         self.screen.reply(text)
 
     async def finish_pass(self) -> None:
-        self.screen.end_line()
+        """Nothing to flush; the reply goes on on the same line in the next pass."""
 
     def discard_unsent(self) -> None:
         """Nothing to drop: text is written as it comes."""
@@ -127,7 +163,7 @@ class StderrTransitions:
         self.screen = screen
 
     def on_transition(self, turn: Turn, t: float, event: str, source: str, dest: str) -> None:
-        self.screen.status(f"  · {t:7.2f}s {source} ─{event}─▶ {dest}")
+        self.screen.transition(f"  · {t:7.2f}s {source} ─{event}─▶ {dest}")
 
 
 class LineReader:
