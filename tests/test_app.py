@@ -8,6 +8,7 @@ import asyncio
 import gc
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -38,10 +39,20 @@ async def _app(stdin: str, cwd: Path, **env: str) -> tuple[int, str, str]:
 
 @pytest.mark.asyncio
 async def test_nothing_configured_plays_the_built_in_turns(tmp_path: Path) -> None:
-    # covers the main job's embedded default (S7, S10, R3 through the real engine)
+    # covers the main job's embedded default (S7, S10, R3 through the real engine) and O14:
+    # each journal's replay command works as printed, and the run ends with what to do next
     code, out, _ = await _app("", tmp_path)
     assert code == 0 and "Stopped" in out and "TimedOut" in out
     assert len(list((tmp_path / "journals").glob("*.json"))) == 5
+    commands = re.findall(r"\(replay: (.+?)\)$", out, re.MULTILINE)
+    assert len(commands) == 5 and not any("python -m fsm" in c for c in commands)
+    shell = await asyncio.create_subprocess_shell(
+        commands[-1], cwd=tmp_path, env=_env(), stdout=asyncio.subprocess.PIPE)
+    replayed, _ = await asyncio.wait_for(shell.communicate(), 60)
+    assert shell.returncode == 0 and b"replay matches" in replayed
+    steps = out.split("\nNext:\n", 1)[1]
+    assert "TURN_PROVIDER='{" in steps and "docs/discord.md" in steps
+    assert "docs/configuration.md" in steps and " review journals/" in steps
 
 
 @pytest.mark.asyncio

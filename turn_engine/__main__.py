@@ -61,7 +61,12 @@ def _run(mode: str) -> int:
         return 1
     from fsm.scenarios.demo import main as demo
 
-    return demo(Path(settings.journals.dir))
+    from .first_run import next_steps, replay_command
+
+    journals = Path(settings.journals.dir)
+    code = demo(journals, replay=replay_command())
+    print(next_steps(journals), end="")
+    return code
 
 
 if __name__ == "__main__":

@@ -120,7 +120,9 @@ async def play_live(scenario: Scenario, printer: TransitionPrinter | None) -> di
     return journal_document(recorder.scenario(), turn.transitions, result.as_dict())
 
 
-def main(journal_dir: Path, out: TextIO = sys.stdout) -> int:
+def main(journal_dir: Path, out: TextIO = sys.stdout,
+         replay: str = "python -m fsm replay") -> int:
+    """Play the built-in turns; `replay` is the command each journal's line suggests."""
     out.write("No Discord token or provider configured: playing the built-in turns through "
               "the real engine\n(scripted provider, virtual clock).\n\n")
     printer = TransitionPrinter(out)
@@ -139,5 +141,5 @@ def main(journal_dir: Path, out: TextIO = sys.stdout) -> int:
         out.write("\n")
         path = journal_dir / f"{number:02d}_{raw['name']}.json"
         write_journal(path, document)
-        out.write(f"   journal: {path}  (replay: python -m fsm replay {path})\n\n")
+        out.write(f"   journal: {path}  (replay: {replay} {path})\n\n")
     return 0
