@@ -11,6 +11,7 @@ follow-up honoured at once, delivered text kept, the stash within bounds, nothin
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import json
 import os
@@ -22,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -80,21 +81,31 @@ class Rand(Protocol):
     def chance(self, percent: int) -> bool: ...
 
 
+@functools.cache
+def _integers(lo: int, hi: int) -> st.SearchStrategy[int]:
+    """One strategy per range, built once: a scenario makes some hundred draws, and building
+    a strategy per draw (`st.sampled_from` of a fresh tuple cannot be cached by Hypothesis)
+    was most of the cost of drawing one."""
+    return st.integers(lo, hi)
+
+
 class HypothesisRand:
-    """Draws from a Hypothesis `data` object, so failing scenarios shrink."""
+    """Draws from a Hypothesis `data` object, so failing scenarios shrink. Every choice is an
+    integer draw (a choice is its index, which shrinks to the first option as
+    `sampled_from` does), from strategies built once."""
 
     def __init__(self, draw: Callable[[st.SearchStrategy[Any]], Any]) -> None:
         self._draw = draw
 
     def integer(self, lo: int, hi: int) -> int:
-        return int(self._draw(st.integers(lo, hi)))
+        return int(self._draw(_integers(lo, hi)))
 
     def choice(self, options: Sequence[T]) -> T:
-        return cast(T, self._draw(st.sampled_from(options)))
+        return options[int(self._draw(_integers(0, len(options) - 1)))]
 
     def chance(self, percent: int) -> bool:
         # shrinks towards 0, i.e. towards "no": fewer optional features in a minimal case
-        return bool(self._draw(st.integers(0, 99)) >= 100 - percent)
+        return bool(self._draw(_integers(0, 99)) >= 100 - percent)
 
 
 class SeededRand:
