@@ -367,13 +367,14 @@ def _read_dotenv(path: Path) -> dict[str, str | None]:
 def _config_path(explicit: str | Path | None,
                  dotenv: Mapping[str, str | None]) -> Path | None:
     named = explicit or os.environ.get("TURN_CONFIG_FILE") or dotenv.get("TURN_CONFIG_FILE")
-    if named:
-        path = Path(named)
-        if not path.is_file():
-            raise ConfigurationError([f"TURN_CONFIG_FILE: no file at {path}"])
-        return path
-    default = Path(DEFAULT_CONFIG_FILE)
-    return default if default.is_file() else None
+    path = Path(named) if named else Path(DEFAULT_CONFIG_FILE)
+    if path.is_dir():
+        raise ConfigurationError([
+            f"{path}: a directory, not a settings file (Docker makes one when it mounts a "
+            "file that does not exist: create turn.toml first, or drop the mount)"])
+    if named and not path.is_file():
+        raise ConfigurationError([f"TURN_CONFIG_FILE: no file at {path}"])
+    return path if path.is_file() else None
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
