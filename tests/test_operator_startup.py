@@ -143,6 +143,8 @@ def test_the_invite_url_asks_for_exactly_the_documented_permissions() -> None:
     url = invite_url(1234)
     assert f"permissions={PERMISSIONS.value}" in url and "client_id=1234" in url
     assert "scope=bot+applications.commands" in url
+    # a member's permission (to type /kill), not the bot's: Discord's permissions table
+    assert not PERMISSIONS.use_application_commands
 
 
 @virtual_time

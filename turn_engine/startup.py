@@ -18,8 +18,9 @@ PERMISSIONS = discord.Permissions(
     send_messages_in_threads=True,
     read_message_history=True,
     embed_links=True,
-    use_application_commands=True,
 )
+"""Use Application Commands is not among them: it is the permission of the members who type
+`/kill`, and the `applications.commands` scope is what lets the bot register it."""
 PORTAL = "https://discord.com/developers/applications"
 
 
