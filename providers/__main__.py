@@ -11,8 +11,9 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, get_args
 
+from .config import ProviderKind
 from .replay_server import parse_script
 from .stream_file import DEFAULT_IDLE_TIMEOUT_S, stream_file
 
@@ -40,7 +41,7 @@ def _parser() -> _OneLineParser:
     replay = commands.add_parser(
         "stream-file", help="replay a recorded SSE file through the real client"
     )
-    replay.add_argument("--format", required=True, choices=["openai", "anthropic", "gemini"])
+    replay.add_argument("--format", required=True, choices=get_args(ProviderKind))
     replay.add_argument(
         "--idle-timeout",
         type=_positive_seconds,
