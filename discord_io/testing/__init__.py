@@ -1,6 +1,7 @@
 """Test support for Discord I/O: a loopback Discord (REST, CDN and gateway) that real
 discord.py logs in and connects to, held to Discord's OpenAPI spec (docs/emulator.md)."""
 
+from .clock import block_event_loop, loop_clock_heartbeats
 from .emulator import (
     CdnFile,
     DiscordEmulator,
@@ -24,8 +25,10 @@ __all__ = [
     "Session",
     "SpecViolation",
     "SpecViolationError",
+    "block_event_loop",
     "connected_discord",
     "emulated_discord",
+    "loop_clock_heartbeats",
     "pointed_at",
     "running_client",
 ]

@@ -1,110 +1,97 @@
 """The Discord gateway on loopback, beside the REST emulator, for `client.start()`.
 
-`GET /gateway/bot` points discord.py here. Each connection gets HELLO; IDENTIFY is checked
-(token: close 4004; privileged intents the application was not granted: close 4014; shard:
-close 4010) and answered with READY and one GUILD_CREATE per guild of the shard (channels,
-members, the @everyone role). Dispatches (MESSAGE_CREATE, MESSAGE_REACTION_ADD,
-INTERACTION_CREATE, GUILD_ROLE_CREATE, CHANNEL_CREATE, ...) go to the shard that owns the
-guild, `(guild_id >> 22) % shards` (DMs: shard 0), and only when the session's intents ask for
-them; without MESSAGE_CONTENT a message that does not mention the bot arrives with its content
-blanked, as Discord does it.
+`GET /gateway/bot` points discord.py here (with its `session_start_limit`: every IDENTIFY
+spends one of 1,000 a day). Each connection gets HELLO; IDENTIFY is checked — token (close
+4004), API version (4012), intents that do not exist (4013) or privileged ones not granted
+(4014), shard (4010), too many guilds for one shard (4011), more than `max_concurrency`
+identifies of a rate-limit key in 5 s (op 9) — and answered with READY and one GUILD_CREATE
+per guild of the shard: the channels and active threads the bot may view, the members and
+roles. A payload before IDENTIFY is 4003, an unknown opcode 4001, bad JSON 4002.
 
-Heartbeats run in loop time: discord.py's own heartbeat thread keeps real time, so the gateway
-asks for a beat (op 1) every heartbeat interval of the loop's clock and acknowledges each beat
-(op 11); under looptime a long test keeps its session alive instead of tripping discord.py's
-receive timeout. Faults: `drop` (the TCP connection lost), `invalidate_session`,
-`stop_acking` (a zombie connection: no ACK, nothing at all), and the close codes above. Every
-dispatch is kept per session so a RESUME with the session id and sequence replays what the
-client missed, then RESUMED.
+Sessions end as on Discord: the client must beat (the gateway never asks), and a connection
+whose beats stop is closed; a session whose client has been silent past `session_timeout_s`
+is gone, so its RESUME is refused (INVALID_SESSION) and the client must IDENTIFY anew — the
+events dispatched meanwhile are lost. So is a session closed with 4007 or 4009. RESUME goes
+to READY's `resume_gateway_url`, which is not the connect URL; a RESUME with a sequence the
+session never sent is closed 4007. Otherwise the session replays what the client missed,
+then RESUMED.
+
+Dispatches (messages, reactions, interactions, roles, channels, threads, members, typing,
+voice states, poll votes) go to the shard owning the guild, `(guild_id >> 22) % shards` (DMs:
+shard 0), only when the session's intents ask for them, and only for channels the bot may
+view; without MESSAGE_CONTENT a message that does not mention the bot arrives with its
+content blanked. Transport compression: zlib-stream and zstd-stream (`transport`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import zlib
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from .objects import role_object
-from .spec_validation import SpecViolation, shared_validator
+from .gateway_events import (
+    ALREADY_AUTHENTICATED,
+    AUTHENTICATION_FAILED,
+    CLIENT_OPCODES,
+    CLOSE_REASONS,
+    DECODE_ERROR,
+    DISALLOWED_INTENTS,
+    DISPATCH,
+    GUILDS,
+    HEARTBEAT,
+    HEARTBEAT_ACK,
+    HELLO,
+    IDENTIFY,
+    INVALID_API_VERSION,
+    INVALID_INTENTS,
+    INVALID_SEQ,
+    INVALID_SESSION,
+    INVALID_SHARD,
+    MESSAGE_CONTENT,
+    NEEDS,
+    NORMAL_CLOSURE,
+    NOT_AUTHENTICATED,
+    PRIVILEGED_INTENTS,
+    RECONNECT,
+    REQUEST_GUILD_MEMBERS,
+    RESUME,
+    SESSION_ENDING_CLOSES,
+    SHARDING_REQUIRED,
+    UNKNOWN_OPCODE,
+    VALID_INTENTS,
+    event_violations,
+    guild_create,
+    shard_in,
+    visible_to_bot,
+)
+from .gateway_events import (
+    GUILD_MEMBERS as GUILD_MEMBERS,
+)
+from .gateway_events import (
+    GUILD_MESSAGES as GUILD_MESSAGES,
+)
+from .interactions import Interactions
+from .transport import Compressor, compressor_for
+from .world import PRIVATE_THREAD, World
 
 JsonDict = dict[str, Any]
 
-
-class EmulatedWorld(Protocol):
-    """What the gateway reads and seeds of the emulator's world (`DiscordEmulator` is one)."""
-
-    token: str
-    validate: bool
-    bot: JsonDict
-    bot_id: int
-    application_id: int
-    guild_id: int
-    channel_id: int
-    alice_id: int
-    users: dict[int, JsonDict]
-    guilds: dict[int, JsonDict]
-    channels: dict[int, JsonDict]
-    messages: dict[int, dict[int, JsonDict]]
-    roles: dict[int, JsonDict]
-    spec_violations: list[SpecViolation]
-
-    def now(self) -> float: ...
-
-    def next_id(self) -> int: ...
-
-    def timestamp_of(self, snowflake: int) -> str: ...
-
-    def add_message(self, channel_id: int, author_id: int, content: str, *,
-                    mentions: Iterable[int] = (), reply_to: int | None = None,
-                    attachments: Iterable[JsonDict] = ()) -> JsonDict: ...
-
-    def add_reaction(self, message_id: int, emoji: str, user_id: int) -> None: ...
-
-    def member_payload(self, user_id: int) -> JsonDict: ...
-
-    def slash_command_payload(self, name: str, *, channel_id: int | None = None,
-                              user_id: int | None = None, guild: bool = True,
-                              permissions: int = 0) -> JsonDict: ...
-
 GATEWAY_PATH = "/gateway-ws"
+RESUME_PATH = "/gateway-resume"
+"""READY's `resume_gateway_url` points here: not the URL the client connected to."""
 HEARTBEAT_INTERVAL_MS = 41_250
-
-# Gateway opcodes (Discord: Topics > Opcodes and Status Codes).
-DISPATCH, HEARTBEAT, IDENTIFY, PRESENCE_UPDATE, VOICE_STATE_UPDATE = 0, 1, 2, 3, 4
-RESUME, RECONNECT, REQUEST_GUILD_MEMBERS, INVALID_SESSION, HELLO, HEARTBEAT_ACK = (
-    6, 7, 8, 9, 10, 11)
-
-# Close codes the emulator sends.
-AUTHENTICATION_FAILED = 4004
-ALREADY_AUTHENTICATED = 4005
-INVALID_SHARD = 4010
-DISALLOWED_INTENTS = 4014
-
-# Intents (Topics > Gateway > Gateway Intents).
-GUILDS = 1 << 0
-GUILD_MEMBERS = 1 << 1
-GUILD_PRESENCES = 1 << 8
-GUILD_MESSAGES = 1 << 9
-GUILD_MESSAGE_REACTIONS = 1 << 10
-DIRECT_MESSAGES = 1 << 12
-DIRECT_MESSAGE_REACTIONS = 1 << 13
-MESSAGE_CONTENT = 1 << 15
-PRIVILEGED_INTENTS = GUILD_MEMBERS | GUILD_PRESENCES | MESSAGE_CONTENT
-
-_NEEDS = {  # event: (intent in a guild, intent in a DM); 0 = always delivered
-    "MESSAGE_CREATE": (GUILD_MESSAGES, DIRECT_MESSAGES),
-    "MESSAGE_REACTION_ADD": (GUILD_MESSAGE_REACTIONS, DIRECT_MESSAGE_REACTIONS),
-    "GUILD_CREATE": (GUILDS, GUILDS),
-    "INTERACTION_CREATE": (0, 0),
-    "GUILD_ROLE_CREATE": (GUILDS, GUILDS),
-    "CHANNEL_CREATE": (GUILDS, GUILDS),
-    "GUILD_MEMBER_UPDATE": (GUILD_MEMBERS, GUILD_MEMBERS),
-}
+HEARTBEAT_GRACE = 0.5
+"""A beat may come this fraction of an interval late before the connection is closed."""
+SESSION_TIMEOUT_S = 90.0
+IDENTIFY_WINDOW_S = 5.0
+SESSION_STARTS_PER_DAY = 1000
+DAY_S = 86_400.0
+API_VERSION = "10"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +118,10 @@ class Session:
     connection: _Connection | None = None
     invalid: bool = False
     resumes: int = 0
+    heard_at: float = 0.0
+    """When its client last sent anything (its session times out from then)."""
+    lost: list[tuple[int, str]] = field(default_factory=list)
+    """(seq, event) dispatched to it that its client never got: the session ended first."""
 
     def missed_since(self, seq: int) -> list[tuple[int, str, JsonDict]]:
         return [event for event in self.events if event[0] > seq]
@@ -141,14 +132,21 @@ class _Connection:
     number: int
     ws: web.WebSocketResponse
     request: web.Request
-    compressor: Any | None
+    compressor: Compressor | None
     clock: Callable[[], float]
     session: Session | None = None
     zombie: bool = False
     closed: bool = False
     last_sent: float = 0.0
-    heartbeats: asyncio.Task[None] | None = None
+    last_beat: float = 0.0
+    watchdog: asyncio.Task[None] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    delivered: int = 0
+    """Sequence of the last dispatch written to this connection."""
+
+    @property
+    def path(self) -> str:
+        return self.request.path
 
     async def send(self, payload: JsonDict) -> None:
         if self.closed or self.zombie or self.ws.closed:
@@ -160,51 +158,78 @@ class _Connection:
                 if self.compressor is None:
                     await self.ws.send_str(text)
                 else:
-                    data = self.compressor.compress(text.encode()) + self.compressor.flush(
-                        zlib.Z_SYNC_FLUSH)
-                    await self.ws.send_bytes(data)
+                    await self.ws.send_bytes(self.compressor.compress(text))
             except (ConnectionError, RuntimeError):
                 self.closed = True
+                return
+        if payload.get("op") == DISPATCH and isinstance(payload.get("s"), int):
+            self.delivered = payload["s"]
 
 
 class Gateway:
     """The gateway half of a `DiscordEmulator` (reach it as ``emulator.gateway``)."""
 
-    def __init__(self, emulator: EmulatedWorld) -> None:
+    def __init__(self, emulator: World, interactions: Interactions) -> None:
         self._emu = emulator
+        self._interactions = interactions
         self.token: str | None = None
         """The token IDENTIFY must carry; None: the emulator's (set another to get 4004)."""
         self.granted_intents = MESSAGE_CONTENT
         """Privileged intents the application may ask for (others: close 4014)."""
         self.shards = 1
         """The shard count GET /gateway/bot recommends."""
+        self.max_concurrency = 1
+        self.max_guilds_per_shard = 2500
+        """More guilds on one shard: close 4011 (sharding required)."""
         self.heartbeat_interval_ms = HEARTBEAT_INTERVAL_MS
+        self.session_timeout_s = SESSION_TIMEOUT_S
         self.sessions: dict[str, Session] = {}
         self.received: list[ReceivedPayload] = []
         self.closes: list[tuple[int, int]] = []
         """(connection, close code) for each close the gateway sent."""
         self.undelivered: list[tuple[str, JsonDict]] = []
         """Dispatches with no session to take them (the shard not connected)."""
+        self.delivered: Counter[str] = Counter()
+        """How many of each event went to a session (what the client had to parse)."""
+        self.identifies: deque[float] = deque()
+        """When each IDENTIFY of the last day started a session (`session_start_limit`)."""
+        self._identify_keys: dict[int, float] = {}
         self._connections: list[_Connection] = []
         self._changed: asyncio.Condition | None = None
         self.url = ""
+        self.resume_url = ""
 
     # ---- wiring --------------------------------------------------------------------------
 
     def bind(self, base: str) -> None:
         """Called by the emulator once it listens: `base` is ``http://host:port``."""
-        self.url = "ws" + base.removeprefix("http") + GATEWAY_PATH
+        ws_base = "ws" + base.removeprefix("http")
+        self.url = ws_base + GATEWAY_PATH
+        self.resume_url = ws_base + RESUME_PATH
         self._changed = asyncio.Condition()
 
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get(GATEWAY_PATH, self.handle)
+        app.router.add_get(RESUME_PATH, self.handle)
+
     def bot_gateway(self) -> JsonDict:
-        """The body of GET /gateway/bot."""
+        """The body of GET /gateway/bot; `remaining` falls with each IDENTIFY of the day."""
+        now = self._emu.now()
+        self._forget_identifies(now)
+        reset_after = (self.identifies[0] + DAY_S - now) if self.identifies else DAY_S
         return {"url": self.url, "shards": self.shards,
-                "session_start_limit": {"total": 1000, "remaining": 1000,
-                                        "reset_after": 86_400_000, "max_concurrency": 1}}
+                "session_start_limit": {
+                    "total": SESSION_STARTS_PER_DAY,
+                    "remaining": SESSION_STARTS_PER_DAY - len(self.identifies),
+                    "reset_after": int(reset_after * 1000),
+                    "max_concurrency": self.max_concurrency}}
 
     def shard_of(self, guild_id: int | None) -> int:
         """Discord's rule: `(guild_id >> 22) % num_shards`; DMs go to shard 0."""
         return 0 if guild_id is None else (guild_id >> 22) % self.shards
+
+    def guild_create_payload(self, guild_id: int) -> JsonDict:
+        return guild_create(self._emu, guild_id)
 
     # ---- queries -------------------------------------------------------------------------
 
@@ -218,6 +243,10 @@ class Gateway:
     def payloads(self, op: int, shard_id: int | None = None) -> list[ReceivedPayload]:
         return [p for p in self.received
                 if p.op == op and (shard_id is None or p.shard_id == shard_id)]
+
+    def connection_paths(self) -> list[str]:
+        """The URL path each connection opened, in order (`GATEWAY_PATH` or `RESUME_PATH`)."""
+        return [c.path for c in self._connections]
 
     async def wait_for(self, predicate: Callable[[], bool], *, timeout: float = 120.0) -> None:
         """Wait (loop clock) until `predicate()` holds; re-checked after every gateway event."""
@@ -241,14 +270,16 @@ class Gateway:
     async def dispatch(self, name: str, data: JsonDict, *, guild_id: int | None = None) -> bool:
         """Send an event to the shard owning `guild_id`; True if a session took it (it is
         replayed on RESUME if the connection is down). A session whose intents do not ask
-        for the event never gets it, as on Discord."""
+        for the event never gets it, nor an event of a channel the bot may not view."""
         session = self.live_session(self.shard_of(guild_id))
         if session is None:
             self.undelivered.append((name, data))
             return False
-        guild_need, dm_need = _NEEDS.get(name, (0, 0))
+        guild_need, dm_need = NEEDS.get(name, (0, 0))
         need = guild_need if guild_id is not None else dm_need
         if need and not session.intents & need:
+            return False
+        if not visible_to_bot(self._emu, name, data):
             return False
         if name == "MESSAGE_CREATE":
             data = self._as_intents_allow(data, session.intents)
@@ -263,22 +294,35 @@ class Gateway:
         In a guild channel the event carries `guild_id` and the author's `member` (with the
         roles given in `member_roles`); in a DM (`add_dm_channel`) neither, and it goes to
         shard 0. `reply_to` makes it a reply (`message_reference`, `referenced_message`);
-        `attachments` are `add_attachment` results."""
-        message = self._emu.add_message(channel_id, author_id, content, mentions=mentions,
-                                        reply_to=reply_to, attachments=attachments)
-        guild_id = self._guild_of(channel_id)
+        `attachments` are `add_attachment` results. Mentioning someone in a private thread
+        adds them to it (THREAD_MEMBERS_UPDATE, and THREAD_CREATE for the bot)."""
+        emu = self._emu
+        mentions = list(mentions)
+        if emu.channels.get(channel_id, {}).get("type") == PRIVATE_THREAD:
+            await self._add_mentioned(channel_id, mentions)
+        message = emu.add_message(channel_id, author_id, content, mentions=mentions,
+                                  reply_to=reply_to, attachments=attachments)
+        guild_id = emu.guild_of(channel_id)
         event = dict(message)
         if guild_id is not None:
-            event["member"] = self._member(author_id, with_user=False)
+            event["member"] = emu.member_payload(author_id, guild_id)
         await self.dispatch("MESSAGE_CREATE", event, guild_id=guild_id)
         return message
+
+    async def _add_mentioned(self, thread_id: int, mentions: list[int]) -> None:
+        emu = self._emu
+        parent = int(emu.channels[thread_id]["parent_id"])
+        added = [u for u in mentions if emu.can_view(parent, u) and emu.join_thread(thread_id, u)]
+        if added:
+            await self.thread_members_update(thread_id, added=added)
 
     async def reaction_add(self, channel_id: int, message_id: int, emoji: str,
                            user_id: int) -> None:
         """A user reacts (`emoji` in route form: a unicode emoji or `name:id`)."""
-        self._emu.add_reaction(message_id, emoji, user_id)
+        emu = self._emu
+        emu.add_reaction(message_id, emoji, user_id)
         name, sep, emoji_id = emoji.partition(":")
-        stored = self._emu.messages[channel_id].get(message_id)
+        stored = emu.messages[channel_id].get(message_id)
         data: JsonDict = {
             "user_id": str(user_id), "channel_id": str(channel_id),
             "message_id": str(message_id), "emoji": {"id": emoji_id or None, "name": name},
@@ -288,57 +332,159 @@ class Gateway:
             data["emoji"] = {"id": None, "name": emoji}
         if stored is not None:
             data["message_author_id"] = stored["author"]["id"]
-        guild_id = self._guild_of(channel_id)
+        guild_id = emu.guild_of(channel_id)
         if guild_id is not None:
             data["guild_id"] = str(guild_id)
-            data["member"] = self._member(user_id, with_user=True)
+            data["member"] = emu.member_payload(user_id, guild_id, with_user=True)
         await self.dispatch("MESSAGE_REACTION_ADD", data, guild_id=guild_id)
 
     async def interaction(self, name: str, *, channel_id: int | None = None,
-                          user_id: int | None = None, permissions: int = 0) -> JsonDict:
+                          user_id: int | None = None,
+                          permissions: int | None = None) -> JsonDict:
         """A user runs the synced slash command `name`; returns the interaction payload.
 
-        In a guild channel it carries `guild_id` and the user's `member`: their roles from
-        `member_roles`, `permissions` their permissions in the channel (e.g. MANAGE_MESSAGES,
-        1 << 13). In a DM channel it carries `user` instead and no guild, as Discord sends
-        it (`permissions` does not apply), and goes to shard 0."""
-        in_guild = self._guild_of(
-            channel_id if channel_id is not None else self._emu.channel_id) is not None
-        payload = self._emu.slash_command_payload(name, channel_id=channel_id, user_id=user_id,
-                                                  guild=in_guild, permissions=permissions)
+        In a guild channel (or thread) it carries `guild_id`, the user's `member` with
+        their permissions in the channel (computed from roles and overwrites unless
+        `permissions` gives them, e.g. MANAGE_MESSAGES, 1 << 13) and `app_permissions`, the
+        bot's. In a DM channel it carries `user` instead and no guild, and goes to shard
+        0. The bot has 3 s of loop time to answer it (`interactions`)."""
+        emu = self._emu
+        in_guild = emu.guild_of(channel_id if channel_id is not None else emu.channel_id)
+        payload = self._interactions.slash_command_payload(
+            name, channel_id=channel_id, user_id=user_id, guild=in_guild is not None,
+            permissions=permissions)
         guild = payload.get("guild_id")
         await self.dispatch("INTERACTION_CREATE", payload,
                             guild_id=int(guild) if guild is not None else None)
-        return payload
+        return dict(payload)
 
     async def role_create(self, role_id: int) -> None:
-        """An administrator creates a role (`add_role`) while the bot is connected:
-        GUILD_ROLE_CREATE to the emulated guild's shard, so the client knows the role its
-        members' `roles` name."""
-        data: JsonDict = {"guild_id": str(self._emu.guild_id), "role": self._emu.roles[role_id]}
-        await self.dispatch("GUILD_ROLE_CREATE", data, guild_id=self._emu.guild_id)
+        """An administrator creates a role (`add_role`) while the bot is connected."""
+        await self._role_event("GUILD_ROLE_CREATE", role_id)
 
-    async def member_update(self, user_id: int, guild_id: int | None = None) -> None:
-        """A member's roles changed (`member_roles`): GUILD_MEMBER_UPDATE to the guild's
-        shard, which only sessions with the privileged GUILD_MEMBERS intent receive
-        (Gateway Events > Guild Member Update; Gateway Intents)."""
-        guild = guild_id if guild_id is not None else self._emu.guild_id
-        member = self._member(user_id, with_user=True)
-        data: JsonDict = {"guild_id": str(guild), "roles": member["roles"],
-                          "user": member["user"], "nick": None, "avatar": None,
-                          "joined_at": member["joined_at"], "premium_since": None,
-                          "deaf": False, "mute": False, "pending": False,
-                          "communication_disabled_until": None, "flags": 0}
-        await self.dispatch("GUILD_MEMBER_UPDATE", data, guild_id=guild)
+    async def role_update(self, role_id: int) -> None:
+        """A role's permissions changed (`set_role_permissions`; the guild's id for
+        @everyone): GUILD_ROLE_UPDATE."""
+        await self._role_event("GUILD_ROLE_UPDATE", role_id)
+
+    async def _role_event(self, name: str, role_id: int) -> None:
+        emu = self._emu
+        guild_id = role_id if role_id in emu.guilds else emu.role_guild[role_id]
+        role = next(r for r in emu.guild_roles(guild_id) if r["id"] == str(role_id))
+        await self.dispatch(name, {"guild_id": str(guild_id), "role": role}, guild_id=guild_id)
 
     async def channel_create(self, channel_id: int) -> None:
         """An administrator creates a guild channel (`add_text_channel`) while the bot is
         connected: CHANNEL_CREATE to the guild's shard."""
-        channel = self._emu.channels[channel_id]
-        guild_id = self._guild_of(channel_id)
+        await self._channel_event("CHANNEL_CREATE", channel_id)
+
+    async def channel_update(self, channel_id: int) -> None:
+        """A channel changed (its overwrites, `set_overwrite`): CHANNEL_UPDATE. A bot that
+        can no longer view it gets it all the same (Topics › Threads › Losing Access)."""
+        await self._channel_event("CHANNEL_UPDATE", channel_id)
+
+    async def _channel_event(self, name: str, channel_id: int) -> None:
+        guild_id = self._emu.guild_of(channel_id)
         if guild_id is None:
-            raise ValueError("CHANNEL_CREATE is for guild channels (a DM needs none)")
-        await self.dispatch("CHANNEL_CREATE", channel, guild_id=guild_id)
+            raise ValueError(f"{name} is for guild channels (a DM needs none)")
+        await self.dispatch(name, self._emu.channels[channel_id], guild_id=guild_id)
+
+    async def member_update(self, user_id: int, guild_id: int | None = None) -> None:
+        """A member's roles changed (`member_roles`): GUILD_MEMBER_UPDATE, which needs
+        GUILD_MEMBERS except for the bot's own member (Topics › Gateway › Caveats)."""
+        emu = self._emu
+        guild_id = guild_id if guild_id is not None else emu.guild_id
+        member = emu.member_payload(user_id, guild_id, with_user=True)
+        data = {"guild_id": str(guild_id), **member}
+        if user_id == emu.bot_id:
+            session = self.live_session(self.shard_of(guild_id))
+            if session is not None:
+                await self._send_event(session, "GUILD_MEMBER_UPDATE", data)
+            return
+        await self.dispatch("GUILD_MEMBER_UPDATE", data, guild_id=guild_id)
+
+    async def thread_create(self, thread_id: int) -> None:
+        """A thread (or forum post) was made: THREAD_CREATE, if the bot may view it."""
+        emu = self._emu
+        data = {**emu.thread_payload(thread_id, for_user=emu.bot_id), "newly_created": True}
+        await self.dispatch("THREAD_CREATE", data, guild_id=emu.guild_of(thread_id))
+
+    async def thread_update(self, thread_id: int) -> None:
+        """A thread changed (archived, unarchived, locked): THREAD_UPDATE."""
+        emu = self._emu
+        await self.dispatch("THREAD_UPDATE", emu.thread_payload(thread_id, for_user=emu.bot_id),
+                            guild_id=emu.guild_of(thread_id))
+
+    async def thread_delete(self, thread_id: int) -> None:
+        emu = self._emu
+        thread = emu.channels.pop(thread_id)
+        data = {"id": str(thread_id), "guild_id": thread["guild_id"],
+                "parent_id": thread["parent_id"], "type": thread["type"]}
+        await self.dispatch("THREAD_DELETE", data, guild_id=int(thread["guild_id"]))
+
+    async def thread_list_sync(self, guild_id: int, channel_ids: Iterable[int]) -> None:
+        """The bot gained access to channels: their active threads (Topics › Threads ›
+        Gaining Access to Channels)."""
+        emu = self._emu
+        wanted = {str(c) for c in channel_ids}
+        threads = [emu.thread_payload(i, for_user=emu.bot_id) for i, c in emu.channels.items()
+                   if c.get("parent_id") in wanted and not c["thread_metadata"]["archived"]
+                   and emu.can_view(i, emu.bot_id)]
+        members = [t.pop("member") for t in threads if "member" in t]
+        await self.dispatch("THREAD_LIST_SYNC", {
+            "guild_id": str(guild_id), "channel_ids": sorted(wanted), "threads": threads,
+            "members": members}, guild_id=guild_id)
+
+    async def thread_members_update(self, thread_id: int, *, added: Iterable[int] = (),
+                                    removed: Iterable[int] = ()) -> None:
+        """Members joined or left a thread (`join_thread`): THREAD_MEMBERS_UPDATE; the bot
+        added to a private thread also gets THREAD_CREATE, so it knows the thread."""
+        emu = self._emu
+        added, removed = list(added), list(removed)
+        guild_id = emu.guild_of(thread_id)
+        if emu.bot_id in added and emu.channels[thread_id]["type"] == PRIVATE_THREAD:
+            await self.dispatch("THREAD_CREATE", emu.thread_payload(thread_id,
+                                                                   for_user=emu.bot_id),
+                                guild_id=guild_id)
+        await self.dispatch("THREAD_MEMBERS_UPDATE", {
+            "id": str(thread_id), "guild_id": str(guild_id),
+            "member_count": len(emu.thread_members[thread_id]),
+            "added_members": [emu.thread_member_payload(thread_id, u) for u in added],
+            "removed_member_ids": [str(u) for u in removed]}, guild_id=guild_id)
+
+    async def typing_start(self, channel_id: int, user_id: int) -> None:
+        """A user types (GUILD_MESSAGE_TYPING / DIRECT_MESSAGE_TYPING)."""
+        emu = self._emu
+        guild_id = emu.guild_of(channel_id)
+        data: JsonDict = {"channel_id": str(channel_id), "user_id": str(user_id),
+                          "timestamp": int(emu.wall_clock())}
+        if guild_id is not None:
+            data.update(guild_id=str(guild_id),
+                        member=emu.member_payload(user_id, guild_id, with_user=True))
+        await self.dispatch("TYPING_START", data, guild_id=guild_id)
+
+    async def voice_state_update(self, user_id: int, channel_id: int | None,
+                                 guild_id: int | None = None) -> None:
+        """A member joins (or, with None, leaves) a voice channel (GUILD_VOICE_STATES)."""
+        emu = self._emu
+        guild_id = guild_id if guild_id is not None else emu.guild_id
+        await self.dispatch("VOICE_STATE_UPDATE", {
+            "guild_id": str(guild_id), "channel_id": str(channel_id) if channel_id else None,
+            "user_id": str(user_id),
+            "member": emu.member_payload(user_id, guild_id, with_user=True),
+            "session_id": f"voice-{emu.next_id()}", "deaf": False, "mute": False,
+            "self_deaf": False, "self_mute": False, "self_video": False, "suppress": False,
+            "request_to_speak_timestamp": None}, guild_id=guild_id)
+
+    async def poll_vote_add(self, channel_id: int, message_id: int, user_id: int,
+                            answer_id: int = 1) -> None:
+        """A user votes in a poll (GUILD_MESSAGE_POLLS / DIRECT_MESSAGE_POLLS)."""
+        guild_id = self._emu.guild_of(channel_id)
+        data: JsonDict = {"user_id": str(user_id), "channel_id": str(channel_id),
+                          "message_id": str(message_id), "answer_id": answer_id}
+        if guild_id is not None:
+            data["guild_id"] = str(guild_id)
+        await self.dispatch("MESSAGE_POLL_VOTE_ADD", data, guild_id=guild_id)
 
     # ---- faults --------------------------------------------------------------------------
 
@@ -352,16 +498,15 @@ class Gateway:
         await self._detach(connection)
 
     async def close(self, shard_id: int, code: int) -> None:
-        """Close the shard's connection with a close code."""
-        connection = self._connection_of(shard_id)
-        await self._close(connection, code)
+        """Close the shard's connection with a close code (4007 and 4009 end its session)."""
+        await self._close(self._connection_of(shard_id), code)
 
     async def invalidate_session(self, shard_id: int = 0, *, resumable: bool = False) -> None:
         """Send INVALID_SESSION; unless `resumable`, the session is gone and the client must
         IDENTIFY anew."""
         connection = self._connection_of(shard_id)
         if not resumable and connection.session is not None:
-            connection.session.invalid = True
+            self._end(connection.session)
         await connection.send({"op": INVALID_SESSION, "d": resumable})
 
     async def request_reconnect(self, shard_id: int = 0) -> None:
@@ -379,57 +524,102 @@ class Gateway:
             raise LookupError(f"shard {shard_id} is not connected")
         return session.connection
 
+    def _end(self, session: Session) -> None:
+        """The session is over: what it had not delivered is lost."""
+        if session.invalid:
+            return
+        session.invalid = True
+        delivered = session.connection.delivered if session.connection is not None else 0
+        delivered = max(delivered, self._last_delivered(session))
+        session.lost = [(seq, name) for seq, name, _ in session.events if seq > delivered]
+
+    def _last_delivered(self, session: Session) -> int:
+        return max((c.delivered for c in self._connections if c.session is session), default=0)
+
     # ---- the websocket -------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(max_msg_size=0)
         await ws.prepare(request)
-        compressed = request.query.get("compress") == "zlib-stream"
         connection = _Connection(len(self._connections) + 1, ws, request,
-                                 zlib.compressobj() if compressed else None, self._emu.now)
+                                 compressor_for(request.query.get("compress")), self._emu.now)
         self._connections.append(connection)
+        if request.query.get("v", API_VERSION) != API_VERSION:
+            await self._close(connection, INVALID_API_VERSION)
+            return ws
+        connection.last_beat = self._emu.now()
         await connection.send({"op": HELLO, "s": None, "t": None,
                                "d": {"heartbeat_interval": self.heartbeat_interval_ms}})
-        connection.heartbeats = asyncio.create_task(self._ask_for_heartbeats(connection),
-                                                    name=f"gateway-heartbeats:{connection.number}")
+        connection.watchdog = asyncio.create_task(
+            self._watch_heartbeats(connection), name=f"gateway-watchdog:{connection.number}")
         try:
             async for message in ws:
-                if message.type is not WSMsgType.TEXT or connection.closed:
+                if connection.closed:
+                    break
+                if message.type is not WSMsgType.TEXT:
                     continue
-                await self._received(connection, json.loads(message.data))
+                try:
+                    payload = json.loads(message.data)
+                except ValueError:
+                    await self._close(connection, DECODE_ERROR)
+                    break
+                await self._received(connection, payload)
         finally:
             await self._detach(connection)
         return ws
 
-    async def _ask_for_heartbeats(self, connection: _Connection) -> None:
-        """Discord may ask for a beat at any time (op 1); asking once per interval keeps the
-        exchange on the loop's clock."""
+    async def _watch_heartbeats(self, connection: _Connection) -> None:
+        """Close a connection whose client stopped beating (Topics › Gateway › Sending
+        Heartbeats: "your connection will be closed"). The gateway never asks for beats."""
+        interval = self.heartbeat_interval_ms / 1000
+        allowed = interval * (1 + HEARTBEAT_GRACE)
         while not connection.closed:
-            await asyncio.sleep(self.heartbeat_interval_ms / 1000)
-            await connection.send({"op": HEARTBEAT, "d": None})
+            deadline = connection.last_beat + allowed
+            now = self._emu.now()
+            if now >= deadline:
+                if connection.zombie:  # a zombie hears nothing; the client finds out itself
+                    return
+                await self._close(connection, NORMAL_CLOSURE)
+                return
+            await asyncio.sleep(deadline - now)
 
-    async def _received(self, connection: _Connection, payload: JsonDict) -> None:
-        op, data = payload.get("op"), payload.get("d")
+    async def _received(self, connection: _Connection, payload: Any) -> None:
+        op = payload.get("op") if isinstance(payload, dict) else None
+        data = payload.get("d") if isinstance(payload, dict) else None
         session = connection.session
         if session is None and op == RESUME and isinstance(data, dict):
             session = self.sessions.get(str(data.get("session_id")))
+        now = self._emu.now()
         self.received.append(ReceivedPayload(
-            connection.number, session.shard_id if session else _shard_in(data), int(op or 0),
-            data, self._emu.now()))
-        if op == HEARTBEAT:
+            connection.number, session.shard_id if session else shard_in(data),
+            int(op) if isinstance(op, int) else -1, data, now))
+        if connection.zombie:
+            return
+        if op not in CLIENT_OPCODES:
+            await self._close(connection, UNKNOWN_OPCODE)
+        elif op == HEARTBEAT:
+            connection.last_beat = now
+            if connection.session is not None:
+                connection.session.heard_at = now
             await connection.send({"op": HEARTBEAT_ACK, "d": None})
         elif op == IDENTIFY:
-            await self._identify(connection, data or {})
+            await self._identify(connection, data if isinstance(data, dict) else {})
         elif op == RESUME:
-            await self._resume(connection, data or {})
-        elif op == REQUEST_GUILD_MEMBERS and connection.session is not None:
+            await self._resume(connection, data if isinstance(data, dict) else {})
+        elif connection.session is None:
+            await self._close(connection, NOT_AUTHENTICATED)
+        elif op == REQUEST_GUILD_MEMBERS:
             await self._members_chunk(connection.session, data or {})
+        if connection.session is not None:
+            connection.session.heard_at = now
         await self._notify()
 
     async def _members_chunk(self, session: Session, data: JsonDict) -> None:
         """Every member in one chunk (the emulated guilds are small)."""
+        emu = self._emu
         guild_id = int(data["guild_id"])
-        members = [self._member(u, with_user=True) for u in self._emu.guilds[guild_id]["members"]]
+        members = [emu.member_payload(u, guild_id, with_user=True)
+                   for u in emu.guilds[guild_id]["members"]]
         chunk: JsonDict = {"guild_id": str(guild_id), "members": members,
                            "chunk_index": 0, "chunk_count": 1}
         if data.get("nonce") is not None:
@@ -437,6 +627,7 @@ class Gateway:
         await self._send_event(session, "GUILD_MEMBERS_CHUNK", chunk)
 
     async def _identify(self, connection: _Connection, data: JsonDict) -> None:
+        emu = self._emu
         if connection.session is not None:
             await self._close(connection, ALREADY_AUTHENTICATED)
             return
@@ -444,6 +635,9 @@ class Gateway:
             await self._close(connection, AUTHENTICATION_FAILED)
             return
         intents = int(data.get("intents") or 0)
+        if intents & ~VALID_INTENTS:
+            await self._close(connection, INVALID_INTENTS)
+            return
         if intents & PRIVILEGED_INTENTS & ~self.granted_intents:
             await self._close(connection, DISALLOWED_INTENTS)
             return
@@ -451,49 +645,86 @@ class Gateway:
         if not 0 <= shard_id < shard_count:
             await self._close(connection, INVALID_SHARD)
             return
+        guilds = [g for g in emu.guilds if (g >> 22) % shard_count == shard_id]
+        if len(guilds) > self.max_guilds_per_shard:
+            await self._close(connection, SHARDING_REQUIRED)
+            return
+        now = emu.now()
+        key = shard_id % self.max_concurrency
+        if now - self._identify_keys.get(key, float("-inf")) < IDENTIFY_WINDOW_S:
+            await connection.send({"op": INVALID_SESSION, "d": False})
+            return
+        self._forget_identifies(now)
+        if len(self.identifies) >= SESSION_STARTS_PER_DAY:
+            await self._revoke_token()
+            return
+        self._identify_keys[key] = now
+        self.identifies.append(now)
         if shard_count != self.shards:
             self.shards = shard_count
-        session = Session(f"emulated-session-{self._emu.next_id()}", shard_id, shard_count,
-                          intents, connection=connection)
+        session = Session(f"emulated-session-{emu.next_id()}", shard_id, shard_count,
+                          intents, connection=connection, heard_at=now)
         self.sessions[session.session_id] = session
         connection.session = session
-        guilds = [g for g in self._emu.guilds if self.shard_of(g) == shard_id]
         await self._send_event(session, "READY", {
-            "v": 10, "user": self._emu.bot, "session_id": session.session_id,
-            "resume_gateway_url": self.url, "shard": [shard_id, shard_count],
+            "v": 10, "user": emu.bot, "session_id": session.session_id,
+            "resume_gateway_url": self.resume_url, "shard": [shard_id, shard_count],
             "guilds": [{"id": str(g), "unavailable": True} for g in guilds],
-            "application": {"id": str(self._emu.application_id), "flags": 0},
+            "application": {"id": str(emu.application_id), "flags": 0},
             "private_channels": [], "relationships": [], "presences": [],
             "guild_join_requests": [], "geo_ordered_rtc_regions": ["emulated"],
             "user_settings": {}, "auth": {},
         })
         for guild_id in guilds:
             if session.intents & GUILDS:
-                await self._send_event(session, "GUILD_CREATE", self._guild_create(guild_id))
+                await self._send_event(session, "GUILD_CREATE", guild_create(emu, guild_id))
+
+    async def _revoke_token(self) -> None:
+        """The 1,001st IDENTIFY of a day: every session ends and the token is reset
+        (Topics › Gateway › Identifying)."""
+        self.token = f"reset-{self._emu.next_id()}"
+        for connection in list(self._connections):
+            if not connection.closed:
+                await self._close(connection, AUTHENTICATION_FAILED)
+
+    def _forget_identifies(self, now: float) -> None:
+        while self.identifies and self.identifies[0] <= now - DAY_S:
+            self.identifies.popleft()
 
     async def _resume(self, connection: _Connection, data: JsonDict) -> None:
         if data.get("token") != self._accepted_token():
             await self._close(connection, AUTHENTICATION_FAILED)
             return
         session = self.sessions.get(str(data.get("session_id")))
+        now = self._emu.now()
+        if session is not None and not session.invalid and \
+                now - session.heard_at > self.session_timeout_s:
+            self._end(session)  # its client was silent too long: the session timed out
         if session is None or session.invalid:
             await connection.send({"op": INVALID_SESSION, "d": False})
+            return
+        seq = int(data.get("seq") or 0)
+        if seq > session.seq:
+            connection.session = session
+            await self._close(connection, INVALID_SEQ)
             return
         previous = session.connection
         if previous is not None and previous is not connection:
             previous.closed = True
         session.connection = connection
+        session.heard_at = now
         connection.session = session
         session.resumes += 1
-        for seq, name, event in session.missed_since(int(data.get("seq") or 0)):
-            await connection.send({"op": DISPATCH, "s": seq, "t": name, "d": event})
+        for event_seq, name, event in session.missed_since(seq):
+            await connection.send({"op": DISPATCH, "s": event_seq, "t": name, "d": event})
         await self._send_event(session, "RESUMED", {})
 
     async def _send_event(self, session: Session, name: str, data: JsonDict) -> None:
         if self._emu.validate:
-            self._emu.spec_violations.extend(_event_violations(name, data))
+            self._emu.spec_violations.extend(event_violations(name, data))
         session.seq += 1
         session.events.append((session.seq, name, data))
+        self.delivered[name] += 1
         if session.connection is not None:
             await session.connection.send({"op": DISPATCH, "s": session.seq, "t": name,
                                            "d": data})
@@ -501,14 +732,17 @@ class Gateway:
 
     async def _close(self, connection: _Connection, code: int) -> None:
         self.closes.append((connection.number, code))
+        if code in SESSION_ENDING_CLOSES and connection.session is not None:
+            self._end(connection.session)
         connection.closed = True
-        await connection.ws.close(code=code, message=_CLOSE_REASONS.get(code, "").encode())
+        await connection.ws.close(code=code, message=CLOSE_REASONS.get(code, "").encode())
         await self._detach(connection)
 
     async def _detach(self, connection: _Connection) -> None:
         connection.closed = True
-        if connection.heartbeats is not None:
-            connection.heartbeats.cancel()
+        watchdog = connection.watchdog
+        if watchdog is not None and watchdog is not asyncio.current_task():
+            watchdog.cancel()
         session = connection.session
         if session is not None and session.connection is connection:
             session.connection = None
@@ -519,8 +753,8 @@ class Gateway:
         for connection in self._connections:
             if not connection.closed:
                 connection.closed = True
-                if connection.heartbeats is not None:
-                    connection.heartbeats.cancel()
+                if connection.watchdog is not None:
+                    connection.watchdog.cancel()
                 await connection.ws.close(code=1001)
 
     # ---- payloads ------------------------------------------------------------------------
@@ -528,86 +762,14 @@ class Gateway:
     def _accepted_token(self) -> str:
         return self.token if self.token is not None else self._emu.token
 
-    def _guild_of(self, channel_id: int) -> int | None:
-        guild = self._emu.channels.get(channel_id, {}).get("guild_id")
-        return int(guild) if guild is not None else None
-
-    def _member(self, user_id: int, *, with_user: bool) -> JsonDict:
-        member = self._emu.member_payload(user_id)  # with the roles given in `member_roles`
-        if with_user:
-            member["user"] = self._emu.users[user_id]
-        return member
-
-    def _guild_create(self, guild_id: int) -> JsonDict:
-        guild = self._emu.guilds[guild_id]
-        members = [self._member(u, with_user=True) for u in guild["members"]]
-        channels = [c for c in self._emu.channels.values()
-                    if c.get("guild_id") == str(guild_id)]
-        everyone = role_object(guild_id, "@everyone", _EVERYONE, position=0)
-        roles = [everyone, *self._emu.roles.values()] if guild_id == self._emu.guild_id else [
-            everyone]
-        return {
-            "id": str(guild_id), "name": guild["name"], "icon": None, "owner_id":
-            str(self._emu.alice_id), "unavailable": False, "member_count": len(members),
-            "large": False, "joined_at": self._emu.timestamp_of(guild_id),
-            "roles": roles, "emojis": [], "stickers": [], "features": [],
-            "channels": channels, "threads": [], "members": members, "voice_states": [],
-            "presences": [], "stage_instances": [], "guild_scheduled_events": [],
-            "soundboard_sounds": [], "verification_level": 0,
-            "default_message_notifications": 0, "explicit_content_filter": 0,
-            "mfa_level": 0, "nsfw_level": 0, "premium_tier": 0, "preferred_locale": "en-US",
-            "system_channel_flags": 0, "afk_timeout": 300, "application_id": None,
-            "system_channel_id": None, "rules_channel_id": None, "vanity_url_code": None,
-            "description": None, "banner": None, "splash": None, "discovery_splash": None,
-        }
-
     def _as_intents_allow(self, message: JsonDict, intents: int) -> JsonDict:
         """Without MESSAGE_CONTENT, Discord blanks content, embeds, attachments and
         components of guild messages that neither mention the bot nor are its own."""
         if intents & MESSAGE_CONTENT or "guild_id" not in message:
             return message
-        mentioned = any(u.get("id") == str(self._emu.bot_id) for u in message["mentions"])
-        if mentioned or message["author"]["id"] == str(self._emu.bot_id):
+        bot_id = str(self._emu.bot_id)
+        mentioned = any(u.get("id") == bot_id for u in message["mentions"])
+        if mentioned or message["author"]["id"] == bot_id:
             return message
         return {**message, "content": "", "embeds": [], "attachments": [], "components": []}
 
-
-# VIEW_CHANNEL | SEND_MESSAGES | EMBED_LINKS | ATTACH_FILES | READ_MESSAGE_HISTORY |
-# ADD_REACTIONS | USE_APPLICATION_COMMANDS: what the bot needs in the emulated guild.
-_EVERYONE = (1 << 10) | (1 << 11) | (1 << 14) | (1 << 15) | (1 << 16) | (1 << 6) | (1 << 31)
-
-_CLOSE_REASONS = {
-    AUTHENTICATION_FAILED: "Authentication failed.",
-    ALREADY_AUTHENTICATED: "Already authenticated.",
-    INVALID_SHARD: "Invalid shard.",
-    DISALLOWED_INTENTS: "Disallowed intent(s).",
-}
-
-
-def _event_violations(name: str, data: JsonDict) -> list[SpecViolation]:
-    """The objects inside an event, held to the schemas REST returns them with."""
-    validator = shared_validator()
-    where = f"gateway {name}"
-    if name == "MESSAGE_CREATE":
-        return validator.check_object("MessageResponse", data, where=where)
-    if name == "CHANNEL_CREATE":
-        return validator.check_object("GuildChannelResponse", data, where=where)
-    if name == "READY":
-        return validator.check_object("UserResponse", data["user"], where=where)
-    if name == "GUILD_ROLE_CREATE":
-        return validator.check_object("GuildRoleResponse", data["role"], where=where)
-    if name == "GUILD_CREATE":
-        found = [v for channel in data["channels"]
-                 for v in validator.check_object("GuildChannelResponse", channel, where=where)]
-        found += [v for role in data["roles"]
-                  for v in validator.check_object("GuildRoleResponse", role, where=where)]
-        return found + [v for member in data["members"]
-                        for v in validator.check_object("UserResponse", member["user"],
-                                                        where=where)]
-    return []
-
-
-def _shard_in(data: Any) -> int | None:
-    if isinstance(data, dict) and isinstance(data.get("shard"), list):
-        return int(data["shard"][0])
-    return None
