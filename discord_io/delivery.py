@@ -57,6 +57,8 @@ NOTICE_COLOURS: dict[NoticeKind, int] = {
 DEAD_DESTINATION_CODES = frozenset({50001, 50013, 10003})
 """Discord's codes for a send refused because of the channel itself: Missing Access,
 Missing Permissions, Unknown Channel (G3). Another model cannot deliver there either."""
+REPLY_WITHOUT_HISTORY = 160002
+"""Discord's code for a reply refused (no READ_MESSAGE_HISTORY) where a plain send is not."""
 
 
 class DeliveryError(RuntimeError):
@@ -361,7 +363,7 @@ class DiscordChannel(TurnChannel):
             assert item.notice is not None
             kwargs["embed"] = notice_embed(item.notice)
         try:
-            sent = await self._messageable.send(**kwargs)
+            sent = await self._send_or_unreference(kwargs)
         except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
             error = self._failed(item, exc)
             if item.chunk is not None:
@@ -376,6 +378,20 @@ class DiscordChannel(TurnChannel):
             assert item.notice is not None
             self.notices.append(DeliveredMessage(sent.id, "", "", kind="notice"))
         return None
+
+    async def _send_or_unreference(self, kwargs: dict[str, Any]) -> discord.Message:
+        """Send; when Discord refuses only the reply (403 160002: no READ_MESSAGE_HISTORY),
+        send the same without the reference, and reply no more in this turn."""
+        try:
+            return await self._messageable.send(**kwargs)
+        except discord.Forbidden as exc:
+            if exc.code != REPLY_WITHOUT_HISTORY or "reference" not in kwargs:
+                raise
+        log.warning("channel %s: the reply was refused (no READ_MESSAGE_HISTORY); "
+                    "answering without the reference", self.channel_id)
+        self.reply_to = None
+        del kwargs["reference"]
+        return await self._messageable.send(**kwargs)
 
     def _account_trailer(self, trailer: Chunk) -> None:
         """Whitespace streamed after the pass's last message belongs to that message's

@@ -88,7 +88,7 @@ def make_kill_command(
     @app_commands.command(name=KILL_NAME, description=KILL_DESCRIPTION)
     async def kill(interaction: discord.Interaction) -> None:
         if interaction.channel_id is None:
-            await interaction.response.send_message("No channel to stop.", ephemeral=True)
+            await respond(interaction, "No channel to stop.")
             return
         channel_id = str(interaction.channel_id)
         if permission is None or permission.moderates(interaction):
@@ -100,16 +100,26 @@ def make_kill_command(
             if not own_reply and not dropped:
                 log.info("/kill by %s in channel %s refused: not permitted",
                          interaction.user.id, channel_id)
-                await interaction.response.send_message(NOT_ALLOWED_TEXT, ephemeral=True)
+                await respond(interaction, NOT_ALLOWED_TEXT)
                 return
             running = own_reply and registry.request_stop(channel_id)
             answer = kill_reply(running, dropped, own=True, others_running=not own_reply and (
                 permission.requester_of(channel_id) is not None))
         log.info("/kill by %s in channel %s: running=%s dropped=%d", interaction.user.id,
                  channel_id, running, dropped)
-        await interaction.response.send_message(answer, ephemeral=True)
+        await respond(interaction, answer)
 
     return kill
+
+
+async def respond(interaction: discord.Interaction, text: str) -> None:
+    """The ephemeral answer; one that comes too late (Discord gives 3 s: 10062) or twice
+    (40060) is logged, not raised: what /kill does is done by then."""
+    try:
+        await interaction.response.send_message(text, ephemeral=True)
+    except discord.HTTPException as exc:
+        log.warning("/kill in channel %s: the answer was refused (HTTP %s, Discord code %s); "
+                    "the kill itself is done", interaction.channel_id, exc.status, exc.code)
 
 
 def install_kill_command(

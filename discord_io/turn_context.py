@@ -30,6 +30,7 @@ from .history import (
     replied_to,
     select_history,
 )
+from .threads import with_starter
 
 ContextItem = dict[str, Any]
 Hidden = Callable[[discord.Message], bool]
@@ -54,13 +55,19 @@ def hidden_from(trigger: discord.Message, *, pending: Callable[[], Iterable[disc
 async def build_context(trigger: discord.Message, *, history: HistoryPolicy,
                         audience: TurnAudience, hidden: Hidden, bot_user_id: int,
                         attachments: AttachmentReader | None = None,
-                        waiting: int = 0) -> list[ContextItem]:
-    """The dialogue the model sees for `trigger`, oldest first, then the images' item."""
+                        waiting: int = 0, read_history: bool = True) -> list[ContextItem]:
+    """The dialogue the model sees for `trigger`, oldest first, then the images' item. In a
+    thread the starter message comes first (D7); without `read_history` (no
+    READ_MESSAGE_HISTORY: Discord would answer the read with nothing) only `trigger` (D6)."""
 
     async def visible(messages: list[discord.Message]) -> list[discord.Message]:
         return await audience.admitted(m for m in messages if not hidden(m))
 
-    picked = await select_history(trigger, history, visible=visible, waiting=waiting)
+    if read_history:
+        picked = await select_history(trigger, history, visible=visible, waiting=waiting)
+        picked = await with_starter(trigger, picked, visible=visible)
+    else:
+        picked = [trigger]
     parent_id = trigger.reference.message_id if trigger.reference is not None else None
     parent = next((m for m in picked if m.id == parent_id), None)
     if parent is None and parent_id is not None:

@@ -95,7 +95,7 @@ async def test_with_the_members_intent_guild_members_are_chunked_in() -> None:
         assert member is not None and member.name == "alice" and guild.chunked
 
 
-async def test_heartbeats_are_acknowledged_and_asked_for_in_loop_time() -> None:
+async def test_heartbeats_are_acknowledged_in_loop_time() -> None:
     # covers D2
     async with connected_discord(client_factory=plain_client) as (emu, client):
         beats = len(emu.gateway.payloads(HEARTBEAT))

@@ -27,6 +27,7 @@ from discord import app_commands
 from discord_io.admission import AccessPolicy, AdmissionPolicy, should_reply
 from discord_io.attachments import AttachmentPolicy, AttachmentReader
 from discord_io.channel_queue import ChannelQueue
+from discord_io.channel_rights import RightsCache
 from discord_io.delivery import DiscordChannel
 from discord_io.enrichment_tools import EnrichmentTools, discord_avatar_lookup
 from discord_io.exclusion import Exclusion, TurnAudience
@@ -35,6 +36,7 @@ from discord_io.kill_command import KillPermission, install_kill_command
 from discord_io.media_fetch import MediaFetcher
 from discord_io.member_roles import MemberRoles
 from discord_io.rate_limits import guard_rate_limits
+from discord_io.session_gaps import SessionGaps
 from discord_io.stale_sweeper import StaleLockSweeper
 from discord_io.turn_context import build_context, hidden_from
 from discord_io.typing_indicator import TypingIndicator
@@ -142,6 +144,10 @@ class TurnBot:
         """Traces and metrics (`TURN_TELEMETRY__*`), started and closed with the bot."""
         self.observer = with_telemetry(observer, telemetry)
         """What every turn's transitions are told to: `observer` and telemetry's."""
+        self.rights = RightsCache(client)
+        """What the bot may do in each channel, asked before a turn spends anything."""
+        self.session_gaps = SessionGaps(client)
+        """Windows of gateway events lost with a session, each logged."""
 
     @property
     def bot_id(self) -> int:
@@ -151,12 +157,16 @@ class TurnBot:
         return user.id
 
     def attach(self) -> None:
-        """Listen to the client's messages, and say when it is connected."""
+        """Listen to the client's messages, to what changes the bot's rights, and say when
+        it is connected."""
         self.client.event(self.on_message)
+        self.rights.attach()
+        self.session_gaps.attach()
         self.client.event(self.on_ready)
 
     async def on_ready(self) -> None:
         log.info("%s", ready_line(self.client, self.kill_registered))
+        self.session_gaps.client_ready()
 
     async def start(self) -> None:
         await start_telemetry(self.telemetry, self.queue.waiting)
@@ -214,6 +224,11 @@ class TurnBot:
                 log.debug("message %s not answered: %s", message.id, admission.reason)
             return
         channel_id = str(message.channel.id)
+        rights = self.rights.rights(message.channel)
+        if not rights.send:
+            log.debug("message %s not answered: the bot may not post in %s (missing %s)",
+                      message.id, channel_id, rights.missing)
+            return
         self._channels.add(channel_id)
         if self.scale_out is not None:
             submission = await self.scale_out.submit(channel_id, message)
@@ -221,8 +236,12 @@ class TurnBot:
             submission = self.queue.submit(channel_id, message)
         if submission.refusal is not None:
             try:
-                await message.reply(submission.refusal,
-                                    allowed_mentions=discord.AllowedMentions.none())
+                if rights.reply:
+                    await message.reply(submission.refusal,
+                                        allowed_mentions=discord.AllowedMentions.none())
+                else:
+                    await message.channel.send(submission.refusal,
+                                               allowed_mentions=discord.AllowedMentions.none())
             except discord.HTTPException as exc:
                 log.warning("could not post a refusal in %s: %s", channel_id, exc.status)
 
@@ -243,7 +262,9 @@ class TurnBot:
         started = asyncio.get_running_loop().time()
         typing = TypingIndicator.for_channel(self.client, message.channel.id)
         audience = self.exclusion.for_turn()
-        channel = DiscordChannel(self.client, message.channel.id, reply_to=message.id,
+        rights = self.rights.rights(message.channel)
+        channel = DiscordChannel(self.client, message.channel.id,
+                                 reply_to=message.id if rights.reply else None,
                                  typing=typing,
                                  max_messages=self.config.max_delivered_messages,
                                  readable=audience.reader_in(message),
@@ -302,7 +323,8 @@ class TurnBot:
         return await build_context(message, history=self.history, audience=audience,
                                    hidden=hidden, bot_user_id=self.bot_id,
                                    attachments=self.attachments,
-                                   waiting=len(self.queue.pending(channel_id)))
+                                   waiting=len(self.queue.pending(channel_id)),
+                                   read_history=self.rights.rights(message.channel).read_history)
 
     async def _killable(self, lock: ChannelLock, work: Any, default: Any) -> Any:
         """Run `work` (the history read) so the lock's kill cancels it (D3): the engine turn
@@ -346,10 +368,17 @@ class TurnBot:
         return origin
 
 
+def bot_intents() -> discord.Intents:
+    """Only what the bot uses: guilds (channels, roles, threads: its permissions), guild and
+    DM messages, and their content. `Intents.default()` would also bring every guild's
+    typing, voice states, reactions, polls, invites and more, each an event to parse."""
+    return discord.Intents(guilds=True, guild_messages=True, dm_messages=True,
+                           message_content=True)
+
+
 def build_client(http_trace: aiohttp.TraceConfig | None = None) -> discord.Client:
     """Sharded as Discord recommends (GET /gateway/bot): each guild's events on its shard."""
-    intents = discord.Intents.default()
-    intents.message_content = True
+    intents = bot_intents()
     if http_trace is None:
         client = discord.AutoShardedClient(intents=intents,
                                            allowed_mentions=discord.AllowedMentions.none())

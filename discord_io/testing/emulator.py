@@ -301,7 +301,7 @@ class DiscordEmulator(World):
         fault = self._next_fault(record.route)
         if fault is not None and fault.delay_s > 0:
             await asyncio.sleep(fault.delay_s)
-        if fault is not None and fault.status is not None:
+        if fault is not None and fault.status is not None and not fault.commit:
             return fault.response()
         if not self._authorized(record):
             return error(401, 0, "401: Unauthorized")
@@ -309,6 +309,8 @@ class DiscordEmulator(World):
         if limited is not None:
             return limited
         response = await handler(request)
+        if fault is not None and fault.commit:
+            return fault.response()
         response.headers.update(headers)
         return response
 

@@ -119,6 +119,9 @@ class Fault:
     body: JsonDict | None = None
     headers: tuple[tuple[str, str], ...] = ()
     delay_s: float = 0.0
+    commit: bool = False
+    """Do what the request asks, then answer with the fault: "created, but the answer was
+    lost"."""
 
     @classmethod
     def rate_limited(cls, retry_after: float, *, is_global: bool = False,
@@ -150,6 +153,12 @@ class Fault:
     @classmethod
     def error(cls, status: int, code: int, message: str) -> Fault:
         return cls(status=status, body={"message": message, "code": code})
+
+    @classmethod
+    def answer_lost(cls, status: int = 502) -> Fault:
+        """The request takes effect (a message is created) but its answer is a 5xx."""
+        return cls(status=status, body={"message": f"{status}: Bad Gateway", "code": 0},
+                   commit=True)
 
     @classmethod
     def delay(cls, seconds: float) -> Fault:
