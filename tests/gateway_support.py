@@ -24,7 +24,7 @@ from discord_io.testing.gateway import GUILD_MEMBERS
 from fsm.engine.generation import Attempt
 from fsm.scenarios.format import parse_scenario
 from fsm.scenarios.scripted import ScriptedProvider
-from turn_engine.bot import TurnBot, build_client
+from turn_engine.bot import TurnBot, bot_intents, build_client
 
 SEND = "POST /channels/{channel_id}/messages"
 CALLBACK = "POST /interactions/{interaction_id}/{token}/callback"
@@ -115,6 +115,44 @@ class Harness:
         await self.until(lambda: self.client.get_channel(channel) is not None)
         return channel
 
+    async def add_thread(self, parent: int, name: str, **options: Any) -> int:
+        """A thread made while the bot runs (`emu.add_thread` options; THREAD_CREATE if the
+        bot may view it); returns once the client knows it, or at once if it may not."""
+        thread = self.emu.add_thread(parent, name, **options)
+        await self.emu.gateway.thread_create(thread)
+        if self.emu.can_view(thread, self.emu.bot_id):
+            await self.until(lambda: self.client.get_channel(thread) is not None)
+        return thread
+
+    async def add_forum_post(self, forum: int, title: str, text: str, *,
+                             author: int | None = None) -> int:
+        """A forum post made while the bot runs (THREAD_CREATE, then its first message as
+        MESSAGE_CREATE, as Discord sends them); returns the post's id once parsed."""
+        author = author if author is not None else self.emu.alice_id
+        post = self.emu.add_forum_post(forum, author, title, text)
+        await self.emu.gateway.thread_create(post)
+        await self.until(lambda: self.client.get_channel(post) is not None)
+        first = dict(self.emu.messages[post][post])
+        first["member"] = self.emu.member_payload(author)
+        await self.emu.gateway.dispatch("MESSAGE_CREATE", first, guild_id=self.emu.guild_id)
+        await self.received(post)
+        return post
+
+    async def overwrite(self, channel: int, target: int, *, allow: int = 0, deny: int = 0,
+                        member: bool = False) -> None:
+        """An administrator changes a channel's overwrites (CHANNEL_UPDATE); returns once
+        the client has them."""
+        self.emu.set_overwrite(channel, target, allow=allow, deny=deny, member=member)
+        await self.emu.gateway.channel_update(channel)
+
+        def applied() -> bool:
+            known = self.client.get_channel(channel)
+            return any(o.id == target and (o.allow, o.deny) == (allow, deny)
+                       for o in getattr(known, "_overwrites", ()))
+
+        await self.until(applied)
+        await asyncio.sleep(0.01)
+
     @staticmethod
     async def until(done: Callable[[], bool]) -> None:
         """Wait (loop clock, bounded) until `done()` holds."""
@@ -155,6 +193,7 @@ async def bot_on_gateway(passes: list[list[dict[str, Any]]], tmp_path: Path | No
                          enrichment_tools: bool = False,
                          attempts: Sequence[Attempt] | None = None,
                          members_intent: bool = False,
+                         validate: bool = True,
                          **bot_options: Any) -> AsyncIterator[Harness]:
     """The bot on a two-shard gateway with a second guild (its channel "elsewhere", alice
     and bob members). `enrichment_tools` gives it the real tools, downloading from the
@@ -190,8 +229,8 @@ async def bot_on_gateway(passes: list[list[dict[str, Any]]], tmp_path: Path | No
 
     try:
         factory = _with_members_intent if members_intent else build_client
-        async with connected_discord(client_factory=factory, setup=setup, shards=2) as (
-                emu, client):
+        async with connected_discord(client_factory=factory, setup=setup, shards=2,
+                                     validate=validate) as (emu, client):
             bot = made["bot"]
             try:
                 yield Harness(emu, client, bot, provider, made["guild"], made["channel"],
@@ -205,8 +244,7 @@ async def bot_on_gateway(passes: list[list[dict[str, Any]]], tmp_path: Path | No
 
 def _with_members_intent() -> discord.Client:
     """The client `build_client` makes, asking for the members intent as well."""
-    intents = discord.Intents.default()
-    intents.message_content = True
+    intents = bot_intents()
     intents.members = True
     client = discord.AutoShardedClient(intents=intents,
                                        allowed_mentions=discord.AllowedMentions.none())
