@@ -26,6 +26,9 @@ to the 429 once it is over. With a thousand channels answering at once, the send
 calls and history reads together exceed it: every 429 is an invalid request toward
 Cloudflare's ban. `pace_globally` spaces the client's requests so that no second of the loop
 clock holds more than `GLOBAL_PACE` of them (a margin below 50 for the network's jitter).
+Typing posts are the one request that may be dropped: one that would have to wait is not
+sent (the indicator refreshes every few seconds anyway), so a thousand turns' indicators
+never crowd out their replies.
 
 `guard_rate_limits` applies all three to a client, once.
 """
@@ -66,14 +69,33 @@ class GlobalPace:
         self._lock = asyncio.Lock()
         self.waited = 0
         """How many requests had to wait for room."""
+        self.skipped = 0
+        """How many typing posts were not sent for want of room."""
+
+    def take_now(self) -> bool:
+        """Room for one request at once, taken; False if it would have to wait."""
+        if self._lock.locked():
+            return False
+        now = asyncio.get_running_loop().time()
+        self._forget(now)
+        if len(self._starts) >= self.per_second:
+            return False
+        self._starts.append(now)
+        return True
+
+    def _forget(self, now: float) -> None:
+        # Compared with the same sum `wait` sleeps until: a start a rounding error short of
+        # a second ago would otherwise be kept while its wait is zero, and on a virtual
+        # clock a zero wait never moves time on.
+        while self._starts and self._starts[0] + 1.0 <= now:
+            self._starts.popleft()
 
     async def wait(self) -> None:
         async with self._lock:  # first come, first served
             loop = asyncio.get_running_loop()
             while True:
                 now = loop.time()
-                while self._starts and self._starts[0] <= now - 1.0:
-                    self._starts.popleft()
+                self._forget(now)
                 if len(self._starts) < self.per_second:
                     self._starts.append(now)
                     return
@@ -92,9 +114,14 @@ def pace_globally(client: discord.Client, per_second: int = GLOBAL_PACE) -> Glob
     pace = GlobalPace(per_second)
     original = http.request
 
-    async def request(*args: Any, **kwargs: Any) -> Any:
-        await pace.wait()
-        return await original(*args, **kwargs)
+    async def request(route: discord.http.Route, *args: Any, **kwargs: Any) -> Any:
+        if route.method == "POST" and route.path.endswith("/typing"):
+            if not pace.take_now():
+                pace.skipped += 1
+                return None
+        else:
+            await pace.wait()
+        return await original(route, *args, **kwargs)
 
     http.request = request  # type: ignore[method-assign]
     setattr(http, _PACED, pace)

@@ -359,3 +359,19 @@ async def test_the_bots_own_member_update_comes_without_the_members_intent() -> 
         assert emu.gateway.delivered["GUILD_MEMBER_UPDATE"] == 1
         [guild] = client.guilds
         assert role in [r.id for r in guild.me.roles]
+
+
+async def test_thread_list_sync_and_thread_delete_reach_the_clients_cache() -> None:
+    # covers D2 (Topics › Threads › Gaining Access to Channels: THREAD_LIST_SYNC carries the
+    # active threads of `channel_ids`; Thread Delete)
+    async with connected_discord(client_factory=content_client) as (emu, client):
+        hidden = emu.add_text_channel("was hidden")
+        thread = emu.add_thread(hidden, "inside", members=[emu.bot_id])
+        await emu.gateway.thread_list_sync(emu.guild_id, [hidden])
+        await settle()
+        [guild] = client.guilds
+        synced = guild.get_thread(thread)
+        assert synced is not None and [m.id for m in synced.members] == [emu.bot_id]
+        await emu.gateway.thread_delete(thread)
+        await settle()
+        assert guild.get_thread(thread) is None

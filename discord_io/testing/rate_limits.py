@@ -102,7 +102,7 @@ class RateLimiter:
             return None, {}
         now = self.clock()
         if self.global_limit is not None and not route.startswith(INTERACTION_PREFIXES):
-            while self._recent and self._recent[0] <= now - GLOBAL_WINDOW_S:
+            while self._recent and self._recent[0] + GLOBAL_WINDOW_S <= now:
                 self._recent.popleft()
             if len(self._recent) >= self.global_limit:
                 self.global_hits += 1
@@ -152,7 +152,7 @@ class RateLimiter:
 
     def _forget_invalid(self) -> None:
         now = self.clock()
-        while self.invalid and self.invalid[0] <= now - INVALID_WINDOW_S:
+        while self.invalid and self.invalid[0] + INVALID_WINDOW_S <= now:
             self.invalid.popleft()
 
 
