@@ -72,9 +72,10 @@ class MessageRoutes:
 
     # ---- access --------------------------------------------------------------------------
 
-    def _channel(self, request: web.Request, *, needs: int = 0) -> int | web.Response:
+    def _channel(self, request: web.Request, *, needs: int = 0,
+                 rule: Callable[[int], web.Response | None] | None = None) -> int | web.Response:
         """The channel of the route, or the refusal: 404 10003, 403 50001 without
-        VIEW_CHANNEL, 403 50013 without `needs`."""
+        VIEW_CHANNEL, 403 50013 without `needs`, or what `rule` (a send's, an edit's) says."""
         world = self._world
         channel_id = int(request.match_info["channel_id"])
         if channel_id not in world.channels:
@@ -84,7 +85,8 @@ class MessageRoutes:
             return forbidden(MISSING_ACCESS)
         if needs and granted & needs != needs:
             return forbidden()
-        return channel_id
+        refused = rule(channel_id) if rule is not None else None
+        return refused if refused is not None else channel_id
 
     def _may_read_history(self, channel_id: int) -> bool:
         return bool(self._world.permissions(channel_id, self._world.bot_id)
@@ -159,12 +161,9 @@ class MessageRoutes:
         return json_response(self._world.with_reactions(message))
 
     async def post_message(self, request: web.Request) -> web.Response:
-        channel_id = self._channel(request)
+        channel_id = self._channel(request, rule=self._send_refused)
         if isinstance(channel_id, web.Response):
             return channel_id
-        refused = self._send_refused(channel_id)
-        if refused is not None:
-            return refused
         body: JsonDict = body_of(request) or {}
         existing = self._repeated_nonce(channel_id, body)
         if existing is not None:
@@ -184,12 +183,9 @@ class MessageRoutes:
         return json_response(built)
 
     async def patch_message(self, request: web.Request) -> web.Response:
-        channel_id = self._channel(request)
+        channel_id = self._channel(request, rule=self._edit_refused)
         if isinstance(channel_id, web.Response):
             return channel_id
-        refused = self._edit_refused(channel_id)
-        if refused is not None:
-            return refused
         world = self._world
         message = world.messages[channel_id].get(int(request.match_info["message_id"]))
         if message is None:
@@ -212,11 +208,10 @@ class MessageRoutes:
         return web.Response(status=204)
 
     async def typing(self, request: web.Request) -> web.Response:
-        channel_id = self._channel(request)
+        channel_id = self._channel(request, rule=self._send_refused)
         if isinstance(channel_id, web.Response):
             return channel_id
-        refused = self._send_refused(channel_id)
-        return refused or web.Response(status=204)
+        return web.Response(status=204)
 
     async def get_reactions(self, request: web.Request) -> web.Response:
         channel_id = self._channel(request, needs=perms.READ_MESSAGE_HISTORY)
@@ -231,12 +226,10 @@ class MessageRoutes:
         return json_response([world.users[u] for u in chosen])
 
     async def put_reaction(self, request: web.Request) -> web.Response:
-        channel_id = self._channel(request, needs=perms.READ_MESSAGE_HISTORY)
+        channel_id = self._channel(request, needs=perms.READ_MESSAGE_HISTORY,
+                                   rule=self._edit_refused)
         if isinstance(channel_id, web.Response):
             return channel_id
-        refused = self._edit_refused(channel_id)
-        if refused is not None:
-            return refused
         world = self._world
         message_id, emoji = int(request.match_info["message_id"]), request.match_info["emoji"]
         if not world.reactors(message_id, emoji) and not world.permissions(
