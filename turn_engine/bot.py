@@ -52,6 +52,9 @@ from providers import build_provider
 
 from .gc_tuning import tune_gc
 from .journals import JournalStore, ReplyJournals, scenario_history
+from .operator_build import build_catalog, build_operator, open_store
+from .operator_commands import install_operator_commands
+from .operator_side import OperatorSide
 from .persona import Persona
 from .settings import AppSettings, ConfigurationError, JournalSettings, ToolSettings
 from .shutdown import StopRequest
@@ -62,6 +65,7 @@ from .turn_log import log_turn_end
 if TYPE_CHECKING:
     from discord_io.redis_backend.queue import RedisChannelQueue
     from fsm.telemetry import Telemetry
+    from turn_engine.settings_store import SettingsStore
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,7 @@ class TurnBot:
         recent_results: int = 100,
         observer: TurnObserver | None = None,
         telemetry: Telemetry | None = None,
+        operator: OperatorSide | None = None,
     ) -> None:
         self.client = client
         self.attempts = list(attempts)
@@ -126,8 +131,15 @@ class TurnBot:
                                   max_items=self.config.stash_max_items,
                                   max_bytes=self.config.stash_max_bytes)
         self.tree: app_commands.CommandTree[discord.Client] = app_commands.CommandTree(client)
-        self.kill_permission = KillPermission(self._requester, roles=frozenset(kill_roles))
+        self.kill_roles = set(kill_roles)
+        """Who may /kill besides the requester and Manage Messages (a reload updates it)."""
+        self.kill_permission = KillPermission(self._requester, roles=self.kill_roles)
         install_kill_command(self.tree, self.locks, self.queue, self.kill_permission)
+        self.operator = operator
+        """Models and personas per channel, MCP tools, usage, /reset (`operator_side`)."""
+        if operator is not None:
+            install_operator_commands(self.tree, operator,
+                                      trigger_words=lambda: self.policy.trigger_words)
         self.current: dict[str, tuple[Turn, int]] = {}
         self.requesters: dict[str, int] = {}
         """Whose message each channel's running turn answers (from before its history read)."""
@@ -171,13 +183,15 @@ class TurnBot:
     async def start(self) -> None:
         await start_telemetry(self.telemetry, self.queue.waiting)
         self.sweeper.start()
+        if self.operator is not None:
+            await self.operator.start()
         if self.scale_out is not None:
             await self.scale_out.start()
         try:
             await self.tree.sync()
             self.kill_registered = True
         except discord.HTTPException as exc:
-            log.warning("/kill could not be registered with Discord (HTTP %s): %s",
+            log.warning("slash commands could not be registered with Discord (HTTP %s): %s",
                         exc.status, exc.text or "no detail")
         if self.client.application_id is not None:
             log.info("invite the bot with: %s", invite_url(self.client.application_id))
@@ -187,6 +201,8 @@ class TurnBot:
         await self.queue.aclose()
         if self.scale_out is not None:
             await self.scale_out.aclose()
+        if self.operator is not None:
+            await self.operator.aclose()
         if self.telemetry is not None:
             await self.telemetry.aclose()  # after the turns: their last spans are flushed
 
@@ -229,6 +245,8 @@ class TurnBot:
             log.debug("message %s not answered: the bot may not post in %s (missing %s)",
                       message.id, channel_id, rights.missing)
             return
+        if self.operator is not None and await self._over_quota(message):
+            return
         self._channels.add(channel_id)
         if self.scale_out is not None:
             submission = await self.scale_out.submit(channel_id, message)
@@ -245,6 +263,20 @@ class TurnBot:
             except discord.HTTPException as exc:
                 log.warning("could not post a refusal in %s: %s", channel_id, exc.status)
 
+    async def _over_quota(self, message: discord.Message) -> bool:
+        """A user past today's token quota gets one polite notice a day, then silence."""
+        assert self.operator is not None
+        notice = await self.operator.over_quota(str(message.author.id))
+        if notice is None:
+            return False
+        if notice:
+            try:
+                await message.reply(notice, allowed_mentions=discord.AllowedMentions.none())
+            except discord.HTTPException as exc:
+                log.warning("could not post the quota notice in %s: %s", message.channel.id,
+                            exc.status)
+        return True
+
     def _on_queued(self, channel_id: str, message: discord.Message) -> None:
         """A new message from the same user may interrupt a stream, never a tool chain
         (S17, T3); the engine decides which by the state it is in."""
@@ -259,6 +291,11 @@ class TurnBot:
     async def run_turn(self, message: discord.Message, lock: ChannelLock) -> None:
         """One queued message, answered as one generation turn."""
         channel_id = str(message.channel.id)
+        guild_id = str(message.guild.id) if message.guild is not None else None
+        setup = (await self.operator.prepare(guild_id, channel_id, self._bot_name())
+                 if self.operator is not None else None)
+        tools = setup.tools if setup is not None else self.tools
+        attempts = setup.attempts if setup is not None else self.attempts
         started = asyncio.get_running_loop().time()
         typing = TypingIndicator.for_channel(self.client, message.channel.id)
         audience = self.exclusion.for_turn()
@@ -271,7 +308,7 @@ class TurnBot:
                                  link_previews=self.link_previews)
         items: list[dict[str, Any]] = []
         reply = ReplyJournals(self.journals, f"{message.channel.id}-{message.id}",
-                              [a.label for a in self.attempts], self.tools)
+                              [a.label for a in attempts], tools)
         result: GenerationResult | None = None
         failure = "failed"
 
@@ -284,14 +321,19 @@ class TurnBot:
         typing.start()
         try:
             items[:] = await self._killable(lock, self._context(message, audience), default=[])
-            request = TurnRequest(context_items=items, system_prompt=self._prompt(),
+            prompt = (framed_prompt(setup.system_prompt) if setup is not None
+                      else self._prompt())
+            request = TurnRequest(context_items=items, system_prompt=prompt,
                                   trigger_message_id=str(message.id), queued=True,
-                                  owner=self.client.user.name if self.client.user else "bot")
+                                  owner=self._bot_name())
             result = await run_generation_turn(
-                self.attempts, channel=channel, locks=self.locks, lock=lock, request=request,
-                config=self.config, tools=self.tools, stash=self.stash, on_attempt=on_attempt,
+                attempts, channel=channel, locks=self.locks, lock=lock, request=request,
+                config=self.config, tools=tools, stash=self.stash, on_attempt=on_attempt,
                 observer=self.observer)
             self.results.append(result)
+            if self.operator is not None:
+                await self.operator.record(result, user_id=str(message.author.id),
+                                           channel_id=channel_id, guild_id=guild_id)
         except asyncio.CancelledError:
             failure = "cancelled"
             raise
@@ -312,14 +354,24 @@ class TurnBot:
                 # the journal are still part of the turn.
                 self.requesters.pop(channel_id, None)
 
+    def _bot_name(self) -> str:
+        return self.client.user.name if self.client.user else "bot"
+
     async def _context(self, message: discord.Message,
                        audience: TurnAudience) -> list[dict[str, Any]]:
         """The dialogue the model sees: the policy's messages, minus those waiting for a turn
         of their own (D4) and those the access lists deny, within the budget, with the
         uploads it may see."""
         channel_id = str(message.channel.id)
-        hidden = hidden_from(message, pending=lambda: self.queue.pending(channel_id),
+        queued = hidden_from(message, pending=lambda: self.queue.pending(channel_id),
                              bot_user_id=self.bot_id, policy=self.policy)
+        operator = self.operator
+
+        def hidden(candidate: discord.Message) -> bool:
+            if operator is not None and operator.forgotten(channel_id, candidate.id):
+                return True  # from before the channel's /reset, the bot's own too
+            return queued(candidate)
+
         return await build_context(message, history=self.history, audience=audience,
                                    hidden=hidden, bot_user_id=self.bot_id,
                                    attachments=self.attachments,
@@ -406,8 +458,9 @@ def select_tools(all_tools: Sequence[Tool], settings: ToolSettings) -> list[Tool
 
 
 def build_bot(client: discord.Client, settings: AppSettings, session: aiohttp.ClientSession,
-              fetcher: MediaFetcher) -> TurnBot:
-    """The bot as the settings describe it."""
+              fetcher: MediaFetcher, store: SettingsStore | None = None) -> TurnBot:
+    """The bot as the settings describe it; with a `store`, the operator's side too (models
+    and personas per channel, the MCP servers' and hooks' tools, usage, /reset)."""
     attempts = [Attempt(build_provider(config, session), f"{config.kind}:{config.model}")
                 for config in settings.attempts()]
     tools = select_tools(EnrichmentTools(fetcher, discord_avatar_lookup(client)).tools(),
@@ -415,6 +468,8 @@ def build_bot(client: discord.Client, settings: AppSettings, session: aiohttp.Cl
     access = settings.access
     a = settings.attachments
     persona = Persona(settings.system_prompt, settings.system_prompt_file)
+    operator = (build_operator(settings, session, persona, build_catalog(settings, tools), store)
+                if store is not None else None)
     return TurnBot(
         client, attempts, config=settings.engine, system_prompt=persona.system_prompt,
         trigger_words=settings.trigger_words, queue_limit=settings.queue_limit,
@@ -433,7 +488,7 @@ def build_bot(client: discord.Client, settings: AppSettings, session: aiohttp.Cl
             vision=a.vision, max_images=a.max_images, max_image_bytes=a.max_image_bytes,
             inline_text=a.inline_text, max_text_chars=a.max_text_chars)),
         tools=tools, journals=JournalStore(settings.journals),
-        telemetry=build_telemetry(settings.telemetry))
+        telemetry=build_telemetry(settings.telemetry), operator=operator)
 
 
 def run_bot(settings: AppSettings) -> int:
@@ -453,12 +508,18 @@ async def serve(settings: AppSettings, *, stop: StopRequest | None = None,
     client = client if client is not None else build_client(
         scale_out.fencing_trace() if scale_out else None)
     stop = stop if stop is not None else StopRequest()
+    store = await open_store(settings)
+    log.info("settings store: %s", store.description)
     fetcher = MediaFetcher()
     try:
         # Every streaming turn holds one provider connection: aiohttp's default pool of 100
         # would queue the 101st channel's stream behind the others (BENCHMARKS.md, item 7).
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-            bot = build_bot(client, settings, session, fetcher)
+            try:
+                bot = build_bot(client, settings, session, fetcher, store)
+            except BaseException:
+                await store.aclose()
+                raise
             if scale_out is not None and redis_url is not None:
                 scale_out.attach_scale_out(bot, redis_url)
             bot.attach()

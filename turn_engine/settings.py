@@ -53,6 +53,7 @@ from fsm.telemetry.config import TelemetryConfig
 from providers import ProviderConfig
 
 from .gc_tuning import GcSettings
+from .operator_settings import OperatorFields, choice_names
 from .setting_names import PREFIX, unknown_keys, unknown_names
 from .setting_problems import (
     Sources,
@@ -184,7 +185,7 @@ OperatorProvider = Annotated[ProviderConfig, BeforeValidator(_operator_provider)
 """A provider in the operator's settings: no inline keys, a base URL that can be reached."""
 
 
-class AppSettings(BaseSettings):
+class AppSettings(OperatorFields, BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=PREFIX, env_file=DEFAULT_ENV_FILE, env_file_encoding="utf-8",
         env_nested_delimiter="__", extra="ignore", hide_input_in_errors=True,
@@ -193,6 +194,9 @@ class AppSettings(BaseSettings):
     discord_token: SecretStr | None = None
     provider: OperatorProvider | None = None
     fallbacks: list[OperatorProvider] = Field(default_factory=list)
+    models: dict[str, OperatorProvider] = Field(default_factory=dict)
+    """Models /model may choose, by name; the chosen one is tried first, then the
+    fallbacks. `default` is the configured provider."""
     engine: TurnConfig = Field(default_factory=TurnConfig)
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     system_prompt_file: Path | None = None
@@ -237,6 +241,11 @@ class AppSettings(BaseSettings):
         file_settings = InitSettingsSource(settings_cls, init_kwargs=dict(_FILE_DATA.get()))
         return init_settings, env_settings, dotenv_settings, file_settings
 
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, value: dict[str, ProviderConfig]) -> dict[str, ProviderConfig]:
+        return choice_names(value)
+
     @field_validator("redis_url")
     @classmethod
     def _usable_redis_url(cls, value: SecretStr | None) -> SecretStr | None:
@@ -263,8 +272,9 @@ class AppSettings(BaseSettings):
     def secrets(self) -> tuple[str, ...]:
         """Every value that must never reach a log line: the token and the API keys."""
         found = [self.discord_token.get_secret_value()] if self.discord_token else []
-        for config in self.attempts():
+        for config in [*self.attempts(), *self.models.values()]:
             found.extend(config.secrets())
+        found.extend(self.operator_secrets())
         return tuple(secret for secret in found if secret)
 
 

@@ -212,6 +212,7 @@ class DiscordEmulator(World):
         r.add_get(p + "/users/@me", u.get_me)
         r.add_get(p + "/users/{user_id}", u.get_user)
         r.add_get(p + "/guilds/{guild_id}/members/{user_id}", u.get_member)
+        r.add_patch(p + "/guilds/{guild_id}/members/@me", u.patch_own_member)
         r.add_get(p + "/oauth2/applications/@me", u.get_application)
         r.add_get(p + "/channels/{channel_id}", m.get_channel)
         r.add_get(p + "/channels/{channel_id}/messages", m.get_messages)
