@@ -91,23 +91,36 @@ class OperatorHarness:
     def payload(self, name: str, options: Mapping[str, str | int] | None, *,
                 user: int | None = None, permissions: int = 0,
                 channel: int | None = None) -> dict[str, Any]:
-        channel_id = channel if channel is not None else self.emu.channel_id
-        in_guild = self.emu.channels[channel_id].get("guild_id") is not None
-        payload = self.emu.slash_command_payload(name, channel_id=channel_id, user_id=user,
-                                                 guild=in_guild, permissions=permissions)
-        if options:
-            payload["data"]["options"] = [
-                {"name": key, "type": 4 if isinstance(value, int) else 3, "value": value}
-                for key, value in options.items()]
-        return payload
+        return command_payload(self.emu, name, options, user=user, permissions=permissions,
+                               channel=channel)
 
     async def _dispatch(self, payload: dict[str, Any]) -> None:
-        guild = payload.get("guild_id")
-        await self.emu.gateway.dispatch("INTERACTION_CREATE", payload,
-                                        guild_id=int(guild) if guild is not None else None)
+        await dispatch_interaction(self.emu, payload)
 
     def bot_replies(self) -> list[str]:
         return [str(m["content"]) for m in self.h.bot_messages() if m.get("content")]
+
+
+def command_payload(emu: DiscordEmulator, name: str,
+                    options: Mapping[str, str | int] | None, *, user: int | None = None,
+                    permissions: int = 0, channel: int | None = None) -> dict[str, Any]:
+    """INTERACTION_CREATE for `/name` with `options` (strings and integers), as Discord sends
+    it (the application command's `data.options`)."""
+    channel_id = channel if channel is not None else emu.channel_id
+    in_guild = emu.channels[channel_id].get("guild_id") is not None
+    payload = emu.slash_command_payload(name, channel_id=channel_id, user_id=user,
+                                        guild=in_guild, permissions=permissions)
+    if options:
+        payload["data"]["options"] = [
+            {"name": key, "type": 4 if isinstance(value, int) else 3, "value": value}
+            for key, value in options.items()]
+    return payload
+
+
+async def dispatch_interaction(emu: DiscordEmulator, payload: dict[str, Any]) -> None:
+    guild = payload.get("guild_id")
+    await emu.gateway.dispatch("INTERACTION_CREATE", payload,
+                               guild_id=int(guild) if guild is not None else None)
 
 
 @asynccontextmanager

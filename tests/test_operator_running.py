@@ -20,8 +20,8 @@ from discord_io.enrichment_tools import EnrichmentTools
 from discord_io.media_fetch import MediaFetcher
 from fsm.engine.generation import GenerationResult
 from fsm.engine.result import PassResult, TurnResult
-from turn_engine.bot import select_tools
 from turn_engine.journals import JournalStore
+from turn_engine.live_settings import select_tools
 from turn_engine.logging_setup import REDACTED, setup_logging
 from turn_engine.persona import Persona
 from turn_engine.settings import ConfigurationError, JournalSettings, ToolSettings

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,7 @@ import discord
 from discord import app_commands
 
 from discord_io.admission import AccessPolicy, AdmissionPolicy, should_reply
-from discord_io.attachments import AttachmentPolicy, AttachmentReader
+from discord_io.attachments import AttachmentReader
 from discord_io.channel_queue import ChannelQueue
 from discord_io.channel_rights import RightsCache
 from discord_io.delivery import DiscordChannel
@@ -48,15 +48,15 @@ from fsm.engine.stash import ContextStash
 from fsm.engine.tools import Tool, ToolRegistry
 from fsm.engine.turn import Turn, TurnObserver
 from fsm.engine.user_text import framed_prompt
-from providers import build_provider
 
 from .gc_tuning import tune_gc
 from .journals import JournalStore, ReplyJournals, scenario_history
-from .operator_build import build_catalog, build_operator, open_store
+from .live_settings import LiveSettings
+from .operator_build import build_catalog, open_store
 from .operator_commands import install_operator_commands
 from .operator_side import OperatorSide
-from .persona import Persona
-from .settings import AppSettings, ConfigurationError, JournalSettings, ToolSettings
+from .reload import SettingsReloader
+from .settings import AppSettings, JournalSettings
 from .shutdown import StopRequest
 from .startup import StartupError, describe_failure, invite_url, ready_line
 from .telemetry import build_telemetry, start_telemetry, with_telemetry
@@ -88,7 +88,7 @@ class TurnBot:
         history_limit: int = 20,
         history: HistoryPolicy | None = None,
         access: AccessPolicy | None = None,
-        kill_roles: Sequence[int] = (),
+        kill_roles: Collection[int] = (),
         attachments: AttachmentReader | None = None,
         tools: Sequence[Tool] = (),
         journal_dir: Path | None = None,
@@ -442,52 +442,26 @@ def build_client(http_trace: aiohttp.TraceConfig | None = None) -> discord.Clien
     return client
 
 
-def select_tools(all_tools: Sequence[Tool], settings: ToolSettings) -> list[Tool]:
-    """The enrichment tools the operator left on; an unknown name in `allowed` is refused."""
-    if not settings.enabled:
-        return []
-    if settings.allowed is None:
-        return list(all_tools)
-    names = {tool.name for tool in all_tools}
-    unknown = sorted(set(settings.allowed) - names)
-    if unknown:
-        raise ConfigurationError([
-            f"tools.allowed (TURN_TOOLS__ALLOWED): no tool named {', '.join(unknown)} "
-            f"(the tools are {', '.join(sorted(names))})"])
-    return [tool for tool in all_tools if tool.name in settings.allowed]
+def builtin_tools(client: discord.Client, fetcher: MediaFetcher) -> list[Tool]:
+    """The four enrichment tools, before the operator's selection."""
+    return EnrichmentTools(fetcher, discord_avatar_lookup(client)).tools()
 
 
 def build_bot(client: discord.Client, settings: AppSettings, session: aiohttp.ClientSession,
               fetcher: MediaFetcher, store: SettingsStore | None = None) -> TurnBot:
     """The bot as the settings describe it; with a `store`, the operator's side too (models
     and personas per channel, the MCP servers' and hooks' tools, usage, /reset)."""
-    attempts = [Attempt(build_provider(config, session), f"{config.kind}:{config.model}")
-                for config in settings.attempts()]
-    tools = select_tools(EnrichmentTools(fetcher, discord_avatar_lookup(client)).tools(),
-                         settings.tools)
-    access = settings.access
-    a = settings.attachments
-    persona = Persona(settings.system_prompt, settings.system_prompt_file)
-    operator = (build_operator(settings, session, persona, build_catalog(settings, tools), store)
-                if store is not None else None)
+    all_builtins = builtin_tools(client, fetcher)
+    live = LiveSettings.build(settings, session, fetcher, all_builtins,
+                              with_operator=store is not None)
+    operator = (OperatorSide(live.operator, store, build_catalog(settings, live.builtins))
+                if store is not None and live.operator is not None else None)
     return TurnBot(
-        client, attempts, config=settings.engine, system_prompt=persona.system_prompt,
+        client, live.attempts, config=settings.engine, system_prompt=live.persona.system_prompt,
         trigger_words=settings.trigger_words, queue_limit=settings.queue_limit,
-        link_previews=settings.link_previews,
-        history=HistoryPolicy(mode=settings.history.mode,
-                              max_messages=settings.history.max_messages,
-                              max_chars=settings.history.max_chars,
-                              max_message_chars=settings.history.max_message_chars),
-        access=AccessPolicy.of(
-            allow_dms=access.allow_dms, allowed_users=access.allowed_users,
-            blocked_users=access.blocked_users, allowed_roles=access.allowed_roles,
-            blocked_roles=access.blocked_roles, allowed_channels=access.allowed_channels,
-            blocked_channels=access.blocked_channels),
-        kill_roles=access.kill_roles,
-        attachments=AttachmentReader(fetcher, AttachmentPolicy(
-            vision=a.vision, max_images=a.max_images, max_image_bytes=a.max_image_bytes,
-            inline_text=a.inline_text, max_text_chars=a.max_text_chars)),
-        tools=tools, journals=JournalStore(settings.journals),
+        link_previews=live.link_previews,
+        history=live.history, access=live.policy.access, kill_roles=live.kill_roles,
+        attachments=live.attachments, tools=live.builtins, journals=live.journals,
         telemetry=build_telemetry(settings.telemetry), operator=operator)
 
 
@@ -524,12 +498,14 @@ async def serve(settings: AppSettings, *, stop: StopRequest | None = None,
                 scale_out.attach_scale_out(bot, redis_url)
             bot.attach()
             tune_gc(settings.gc)
+            reloader = SettingsReloader(bot, settings, session, fetcher,
+                                        builtin_tools(client, fetcher))
 
             async def setup_hook() -> None:
                 await bot.start()
 
             client.setup_hook = setup_hook  # type: ignore[method-assign]
-            with stop.installed():
+            with stop.installed(), reloader.installed():
                 running = asyncio.create_task(client.start(token.get_secret_value()),
                                               name="discord-client")
                 stopped = asyncio.create_task(stop.wait(), name="stop-request")
