@@ -51,6 +51,9 @@ class SqliteStore:
         self._db: sqlite3.Connection | None = None
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        if self._db is None:
+            raise StoreError(f"{self.path}: the settings database is closed")
+
         def call() -> T:
             if self._db is None:
                 raise StoreError(f"{self.path}: the settings database is closed")
