@@ -20,23 +20,25 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 import aiohttp
 
+from discord_io.media_fetch import MediaFetcher
 from fsm.engine.channel import Notice
 from fsm.engine.generation import Attempt, GenerationResult, run_generation_turn
 from fsm.engine.locks import ChannelLockRegistry
 from fsm.engine.prefill import TurnRequest
-from fsm.engine.tools import ToolRegistry
 from fsm.engine.turn import Turn
 from providers import build_provider
 
+from .chat_tools import TOOL_CALL_AS_TEXT, ToolCallText, chat_catalog
 from .journals import JournalStore, ReplyJournals, scenario_history
 from .persona import Persona
 from .settings import AppSettings
 from .telemetry import build_telemetry, running_telemetry, with_telemetry
+from .tool_catalog import ToolCatalog
 
 CHANNEL = "terminal"
 PROMPT = "you> "
@@ -135,16 +137,21 @@ def log_lines_apart(screen: Screen) -> Iterator[None]:
 
 
 class TerminalChannel:
-    """Delivers streamed text straight to the terminal."""
+    """Delivers streamed text straight to the terminal, never a tool call written as text."""
 
     def __init__(self, screen: Screen) -> None:
         self.screen = screen
+        self.tool_call_text = ToolCallText()
 
     async def deliver(self, text: str) -> None:
-        self.screen.reply(text)
+        self.screen.reply(self.tool_call_text.feed(text))
 
     async def finish_pass(self) -> None:
-        """Nothing to flush; the reply goes on on the same line in the next pass."""
+        """What a tool call written as text held back is given back (the reply goes on on the
+        same line in the next pass); a block that was taken out is said after the reply."""
+        self.screen.reply(self.tool_call_text.flush())
+        if self.tool_call_text.take_seen():
+            self.screen.transition(TOOL_CALL_AS_TEXT)
 
     def discard_unsent(self) -> None:
         """Nothing to drop: text is written as it comes."""
@@ -252,6 +259,20 @@ async def _prompt(reader: LineReader, screen: Screen, ctrl_c: CtrlC) -> str | No
             return None
 
 
+@contextlib.asynccontextmanager
+async def _tools_running(catalog: ToolCatalog, fetcher: MediaFetcher,
+                         screen: Screen) -> AsyncIterator[None]:
+    """The MCP servers run for as long as the chat; the tools offered are said once."""
+    try:
+        await catalog.start()
+        names = catalog.registry().names()
+        screen.status(f"Tools: {', '.join(names)}." if names else "No tools.")
+        yield
+    finally:
+        await catalog.aclose()
+        await fetcher.aclose()
+
+
 def failure_line(result: GenerationResult, attempts: Sequence[Attempt]) -> str | None:
     """One line saying why a failed turn failed; for an HTTP 404 it names the URL tried
     (almost always a `base_url` without, or with the wrong, API version)."""
@@ -288,11 +309,13 @@ async def _chat(settings: AppSettings, screen: Screen, input_fd: int | None,
     journals = JournalStore(settings.journals)
     persona = Persona(settings.system_prompt, settings.system_prompt_file)
     reader = LineReader(input_fd if input_fd is not None else sys.stdin.fileno())
-    tools = ToolRegistry([])
+    fetcher = MediaFetcher()
+    catalog = chat_catalog(settings, fetcher)
     models = ", ".join(f"{c.kind}:{c.model}" for c in settings.attempts())
     screen.status(f"Chatting with {models}. Ctrl-C stops a reply; Ctrl-C, Ctrl-D or /quit "
                   "leaves.")
-    async with aiohttp.ClientSession() as session, running_telemetry(telemetry):
+    async with aiohttp.ClientSession() as session, running_telemetry(telemetry), \
+            _tools_running(catalog, fetcher, screen):
         attempts = [Attempt(build_provider(config, session), f"{config.kind}:{config.model}")
                     for config in settings.attempts()]
         number = 0
@@ -306,6 +329,7 @@ async def _chat(settings: AppSettings, screen: Screen, input_fd: int | None,
             history.append({"type": "dialogue", "role": "user", "author": "you",
                             "message_id": f"t{number}", "content": line})
             items = list(history)
+            tools = catalog.registry()
             reply = ReplyJournals(journals, "chat", [a.label for a in attempts], tools,
                                   history=scenario_history(items))
             lock = locks.try_acquire(CHANNEL, owner=f"terminal-{number}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -25,12 +25,26 @@ from fsm.engine.tools import Tool
 
 from .journals import JournalStore
 from .operator_build import model_attempts, operator_config
-from .operator_side import DEFAULT, OperatorConfig
+from .operator_side import DEFAULT, OperatorConfig, OperatorSide
 from .persona import Persona
 from .settings import AppSettings, ConfigurationError, ToolSettings
 
-if TYPE_CHECKING:
-    from .bot import TurnBot
+
+class RunningBot(Protocol):
+    """What `LiveSettings.apply` sets on the bot (`TurnBot` has all of it)."""
+
+    config: TurnConfig
+    attempts: list[Attempt]
+    system_prompt: Any
+    policy: AdmissionPolicy
+    history: HistoryPolicy
+    attachments: AttachmentReader | None
+    kill_roles: set[int]
+    queue: Any
+    link_previews: bool
+    journals: JournalStore | None
+    operator: OperatorSide | None
+
 
 RESTART_ONLY: dict[str, str] = {
     "discord_token": "the bot logs in to Discord with it once",
@@ -124,7 +138,7 @@ class LiveSettings:
                    queue_limit=settings.queue_limit, link_previews=settings.link_previews,
                    journals=JournalStore(settings.journals), operator=operator)
 
-    def apply(self, bot: TurnBot) -> None:
+    def apply(self, bot: RunningBot) -> None:
         """Put it on the running bot: every reply that starts from now on uses it."""
         running = bot.config
         bot.config = self.config.model_copy(

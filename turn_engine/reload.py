@@ -17,19 +17,15 @@ import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import aiohttp
 
 from discord_io.media_fetch import MediaFetcher
 from fsm.engine.tools import Tool
 
-from .live_settings import ENGINE_RESTART_ONLY, RESTART_ONLY, LiveSettings
+from .live_settings import ENGINE_RESTART_ONLY, RESTART_ONLY, LiveSettings, RunningBot
 from .setting_names import env_name
 from .settings import DEFAULT_CONFIG_FILE, AppSettings, ConfigurationError, load_settings
-
-if TYPE_CHECKING:
-    from .bot import TurnBot
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +35,7 @@ Loader = Callable[[], AppSettings]
 class SettingsReloader:
     """Reloads the bot's settings on request; one reload at a time."""
 
-    def __init__(self, bot: TurnBot, settings: AppSettings, session: aiohttp.ClientSession,
+    def __init__(self, bot: RunningBot, settings: AppSettings, session: aiohttp.ClientSession,
                  fetcher: MediaFetcher, all_builtins: Sequence[Tool], *,
                  load: Loader = load_settings) -> None:
         self.bot = bot
