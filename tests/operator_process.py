@@ -29,6 +29,7 @@ async def main(journals: Path) -> int:
         with pointed_at(emu):
             settings = AppSettings.model_validate({
                 "discord_token": emu.token, "journals": {"dir": str(journals)},
+                "data_dir": str(journals.parent / "data"),
                 "provider": {"kind": "openai", "model": "local", "base_url": model.url + "/v1"}})
             client = build_client()
             serving = asyncio.create_task(serve(settings, client=client))

@@ -56,7 +56,8 @@ def _settings(token: str, model_url: str, journals: Path, **extra: Any) -> AppSe
     provider = {"kind": "openai", "model": "local", "base_url": model_url + "/v1"}
     return AppSettings.model_validate({
         "discord_token": token, "provider": provider,
-        "journals": {"dir": str(journals)}, "gc": {"enabled": False}, **extra})
+        "journals": {"dir": str(journals)}, "gc": {"enabled": False},
+        "data_dir": str(journals / "data"), **extra})
 
 
 @asynccontextmanager
