@@ -23,6 +23,7 @@ from fsm.engine.flags import TurnFlags
 from fsm.engine.tools import ToolRegistry, ToolResult
 from turn_engine.mcp_tools import BACKOFF_MAX_S, McpServer
 from turn_engine.operator_settings import McpServerSettings
+from turn_engine.tool_catalog import ToolCatalog
 
 from engine_support import ROOT
 
@@ -223,3 +224,44 @@ async def test_a_streamable_http_server_and_its_restart(tmp_path: Path) -> None:
                         break
                     await asyncio.sleep(0.2)
             assert server.starts >= 2
+
+
+async def test_the_catalog_starts_changes_and_stops_its_servers(tmp_path: Path) -> None:
+    # covers M2, M1: a reload's new settings restart a changed server, start a new one, stop
+    # a removed one; names stay unique across servers; everything stops with the bot
+    catalog = ToolCatalog(log_dir=tmp_path)
+    catalog.configure({"one": stdio_settings(allowed_tools=["add"]),
+                       "two": stdio_settings(allowed_tools=["add", "shout"])})
+    await asyncio.wait_for(catalog.start(), BOUND_S)
+    assert catalog.registry().names() == ["add", "shout"]  # two's add is left out: taken
+    first = catalog.servers["one"]
+    catalog.configure({"one": stdio_settings(allowed_tools=["fail"]),
+                       "three": stdio_settings(allowed_tools=["big"], prefix="x")})
+    assert "two" not in catalog.servers and catalog.servers["one"] is not first
+    await asyncio.wait_for(asyncio.gather(*(s.wait_started() for s in
+                                            catalog.servers.values())), BOUND_S)
+    assert catalog.registry().names() == ["fail", "x_big"]
+    servers = list(catalog.servers.values())
+    await catalog.aclose()
+    assert [s.state for s in [*servers, first]] == ["stopped", "stopped", "stopped"]
+    assert await call(servers[0], "fail") == ToolResult.fail("the MCP server one is stopped")
+
+
+@pytest.mark.looptime
+async def test_a_server_that_never_answers_at_start_times_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # covers M2: a program that does not speak MCP; after start_timeout_s (virtual: nothing
+    # real is awaited once it runs) one line, and the bot goes on without its tools
+    caplog.set_level(logging.ERROR, "turn_engine.mcp_tools")
+    settings = McpServerSettings(command=sys.executable,
+                                 args=["-c", "import time; time.sleep(600)"],
+                                 start_timeout_s=30)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with running(settings, tmp_path, name="mute") as server:
+        assert loop.time() - started >= 30
+        assert server.state == "restarting" and server.tools == []
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith(f"mcp server mute: did not start within 30 s (its stderr is in "
+                           f"{tmp_path / 'mcp-mute.log'})")

@@ -29,6 +29,7 @@ class BotProcess:
         self.process = process
         self.log: queue.Queue[str] = queue.Queue()
         self.lines: list[str] = []
+        self.cursor = 0
         assert process.stderr is not None
         threading.Thread(target=self._drain, args=(process.stderr,), daemon=True).start()
 
@@ -51,13 +52,13 @@ class BotProcess:
                 return self.lines
 
     def wait_log(self, needle: str) -> str:
-        """The first log line (from now on) containing `needle`."""
-        start = len(self.logged())
+        """The first log line containing `needle` after the one the last wait found."""
+        self.logged()
         while True:
-            for line in self.lines[start:]:
-                if needle in line:
-                    return line
-            start = len(self.lines)
+            for index in range(self.cursor, len(self.lines)):
+                if needle in self.lines[index]:
+                    self.cursor = index + 1
+                    return self.lines[index]
             try:
                 self.lines.append(self.log.get(timeout=BOUND_S))
             except queue.Empty:

@@ -245,8 +245,6 @@ class TurnBot:
             log.debug("message %s not answered: the bot may not post in %s (missing %s)",
                       message.id, channel_id, rights.missing)
             return
-        if self.operator is not None and await self._over_quota(message):
-            return
         self._channels.add(channel_id)
         if self.scale_out is not None:
             submission = await self.scale_out.submit(channel_id, message)
@@ -289,7 +287,10 @@ class TurnBot:
         return framed_prompt(persona)
 
     async def run_turn(self, message: discord.Message, lock: ChannelLock) -> None:
-        """One queued message, answered as one generation turn."""
+        """One queued message, answered as one generation turn (checked against the daily
+        quota here, in queue order, rather than on arrival)."""
+        if self.operator is not None and await self._over_quota(message):
+            return
         channel_id = str(message.channel.id)
         guild_id = str(message.guild.id) if message.guild is not None else None
         setup = (await self.operator.prepare(guild_id, channel_id, self._bot_name())

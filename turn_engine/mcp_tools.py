@@ -261,6 +261,8 @@ class McpServer:
     async def call(self, remote_name: str, arguments: dict[str, Any]) -> ToolResult:
         """Call one of the server's tools; every failure is a result the model can read."""
         client = self._client
+        if self.state == "stopped":
+            return ToolResult.fail(f"the MCP server {self.name} is stopped")
         if client is None or self._lost.is_set():
             why = f": {self.problem}" if self.problem else ""
             return ToolResult.fail(f"the MCP server {self.name} is not running{why}; it is "
