@@ -486,6 +486,7 @@ async def serve(settings: AppSettings, *, stop: StopRequest | None = None,
     store = await open_store(settings)
     log.info("settings store: %s", store.description)
     fetcher = MediaFetcher()
+    started = False
     try:
         # Every streaming turn holds one provider connection: aiohttp's default pool of 100
         # would queue the 101st channel's stream behind the others (BENCHMARKS.md, item 7).
@@ -507,6 +508,7 @@ async def serve(settings: AppSettings, *, stop: StopRequest | None = None,
 
             client.setup_hook = setup_hook  # type: ignore[method-assign]
             with stop.installed(), reloader.installed():
+                started = True
                 running = asyncio.create_task(client.start(token.get_secret_value()),
                                               name="discord-client")
                 stopped = asyncio.create_task(stop.wait(), name="stop-request")
@@ -527,7 +529,7 @@ async def serve(settings: AppSettings, *, stop: StopRequest | None = None,
                              type(running.exception()).__name__)
     finally:
         await fetcher.aclose()
-        if not client.is_closed():
+        if started and not client.is_closed():  # a client never started has nothing open
             await client.close()
     log.info("stopped")
     return 0
