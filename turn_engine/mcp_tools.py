@@ -22,7 +22,6 @@ import copy
 import errno
 import json
 import logging
-import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,6 @@ from typing import Any, Literal, TextIO
 import anyio
 import httpx2
 import jsonschema
-from jsonschema.exceptions import SchemaError
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client import Transport
 from mcp.client.stdio import stdio_client
@@ -46,11 +44,10 @@ from fsm.engine.flags import EnrichmentKind
 from fsm.engine.tools import LoopPolicy, ToolContext, ToolResult
 
 from .operator_settings import McpServerSettings
+from .tool_schema import TOOL_NAME, schema_problem
 
 log = logging.getLogger(__name__)
 
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-"""What every provider accepts as a function name (OpenAI's rule is the strictest)."""
 BACKOFF_INITIAL_S = 1.0
 BACKOFF_MAX_S = 60.0
 HEALTHY_AFTER_S = 60.0
@@ -60,21 +57,6 @@ State = Literal["starting", "running", "restarting", "stopped"]
 
 
 # ---- schemas and arguments -------------------------------------------------------------------
-
-
-def schema_problem(schema: Any) -> str | None:
-    """Why `schema` cannot be a tool's input schema, or None: it must be a valid JSON Schema
-    (of the draft its `$schema` names, 2020-12 by default) describing an object."""
-    if not isinstance(schema, dict):
-        return "the input schema is not a JSON object"
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except SchemaError as exc:
-        where = "/".join(str(p) for p in exc.path) or "the schema"
-        return f"not valid JSON Schema at {where}: {exc.message}"
-    if schema.get("type", "object") != "object":
-        return f"the input schema describes {schema.get('type')!r}, not an object"
-    return None
 
 
 def arguments_model(tool_name: str, schema: dict[str, Any]) -> type[BaseModel]:

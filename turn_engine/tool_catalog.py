@@ -14,11 +14,14 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fsm.engine.tools import Tool, ToolRegistry
 
-from .mcp_tools import McpServer
 from .operator_settings import McpServerSettings
+
+if TYPE_CHECKING:
+    from .mcp_tools import McpServer
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,10 @@ class ToolCatalog:
                 self._retire(self.servers.pop(name))
         for name, settings in wanted.items():
             if name not in self.servers:
+                # The SDK is imported only when a server is configured: it brings its own
+                # dependencies (OpenTelemetry's API among them) into the process.
+                from .mcp_tools import McpServer
+
                 server = McpServer(name, settings, log_dir=self._log_dir,
                                    on_tools=self._changed)
                 self.servers[name] = server

@@ -18,8 +18,8 @@ from typing import Any
 
 from fsm.engine.tools import LOOP_POLICIES, Tool, schema_of
 
-from .mcp_tools import TOOL_NAME, schema_problem
 from .settings import ConfigurationError
+from .tool_schema import TOOL_NAME, schema_problem
 
 ENTRY_POINT_GROUP = "turn_engine.tools"
 DEFAULT_ATTRIBUTE = "TOOLS"
