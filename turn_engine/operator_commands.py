@@ -93,32 +93,28 @@ def install_operator_commands(tree: app_commands.CommandTree[Any], side: Operato
         if key == "persona" and where == "server":
             await _apply_identity(interaction, side, name)
 
-    @app_commands.command(name="model", description="Choose the model the bot answers with "
-                                                    "in this channel or server.")
-    @app_commands.describe(name="a configured model, or 'default'",
-                           where="this channel (the default) or the whole server")
-    async def model(interaction: discord.Interaction, name: str,
-                    where: Where = "channel") -> None:
-        await choose(interaction, "model", name, where, list(side.config.models))
+    def choice_command(key: ChoiceKey, description: str,
+                       known: Callable[[], list[str]]) -> app_commands.Command[Any, ..., None]:
+        """/model or /persona: a name (autocompleted from `known`) and where it applies."""
 
-    @model.autocomplete("name")
-    async def model_names(interaction: discord.Interaction,
-                          current: str) -> list[app_commands.Choice[str]]:
-        return _names(list(side.config.models), current)
+        @app_commands.command(name=key, description=description)
+        @app_commands.describe(name=f"a configured {key}, or 'default'",
+                               where="this channel (the default) or the whole server")
+        async def command(interaction: discord.Interaction, name: str,
+                          where: Where = "channel") -> None:
+            await choose(interaction, key, name, where, known())
 
-    @app_commands.command(name="persona", description="Choose the bot's persona in this "
-                                                      "channel or server.")
-    @app_commands.describe(name="a configured persona, or 'default'",
-                           where="this channel (the default) or the whole server")
-    async def persona(interaction: discord.Interaction, name: str,
-                      where: Where = "channel") -> None:
-        await choose(interaction, "persona", name, where,
-                     [DEFAULT, *side.config.personas])
+        @command.autocomplete("name")
+        async def names(interaction: discord.Interaction,
+                        current: str) -> list[app_commands.Choice[str]]:
+            return _names(known(), current)
 
-    @persona.autocomplete("name")
-    async def persona_names(interaction: discord.Interaction,
-                            current: str) -> list[app_commands.Choice[str]]:
-        return _names([DEFAULT, *side.config.personas], current)
+        return command
+
+    model = choice_command("model", "Choose the model the bot answers with in this channel "
+                                    "or server.", lambda: list(side.config.models))
+    persona = choice_command("persona", "Choose the bot's persona in this channel or server.",
+                             lambda: [DEFAULT, *side.config.personas])
 
     @app_commands.command(name="settings", description="What model and persona apply here, "
                                                        "and where they were chosen.")
