@@ -88,6 +88,7 @@ def main() -> int:
         discord_token=SecretStr(config["token"]),
         provider=ProviderConfig(kind="openai", model="bench", base_url=config["provider_url"]),
         journals=JournalSettings(dir=config["journal_dir"], max_files=None),
+        data_dir=Path(config["journal_dir"]).parent / "data",  # its settings database
     )
 
     async def serve() -> int:
