@@ -20,6 +20,7 @@ from operator_support import (
 )
 from PIL import Image
 
+from discord_io.testing.permissions import CHANGE_NICKNAME, DEFAULT_EVERYONE
 from turn_engine.operator_settings import ManageSettings
 from turn_engine.persona_library import NamedPersona
 
@@ -155,3 +156,27 @@ async def test_a_persona_for_the_server_sets_the_prompt_name_and_avatar(tmp_path
                         permissions=MANAGE_GUILD)
         await o.h.until(lambda: own[emu.guild_id]["nick"] is None)
         assert own[emu.guild_id]["avatar"] is None
+
+
+async def test_a_nickname_discord_refuses_is_said_and_the_persona_still_applies(
+    tmp_path: Path,
+) -> None:
+    # covers M4: without Change Nickname (Modify Current Member answers 403 50013) the
+    # chooser is told in a private follow-up; the persona's prompt applies all the same
+    async with operator_discord() as emu, operator_bot(
+            emu, tmp_path / "s.sqlite3", MODELS, personas={"pirate": PIRATE}) as o:
+        emu.set_role_permissions(emu.guild_id, DEFAULT_EVERYONE & ~CHANGE_NICKNAME)
+        answer = await o.command("persona", {"name": "pirate", "where": "server"},
+                                 permissions=MANAGE_GUILD)
+        assert answer == "This server uses the persona pirate from the next reply."
+        [follow_up] = await emu.wait_for(
+            lambda r: r.route == "POST /webhooks/{application_id}/{token}", timeout=30)
+        assert follow_up.json["content"] == (
+            "The persona applies, but Discord refused to change my name or avatar in this "
+            "server (HTTP 403; my role needs Change Nickname).")
+        assert follow_up.json["flags"] & 64
+        assert emu.user_routes.own_member.get(emu.guild_id, {}).get("nick") is None
+        await o.h.say("after")
+        await o.h.idle()
+        assert o.providers["default"].requests[0].system_prompt.startswith(
+            "You are a pirate called Captain.")

@@ -11,7 +11,16 @@ import hashlib
 
 from aiohttp import web
 
-from .rest import UNKNOWN_MEMBER, UNKNOWN_USER, JsonDict, body_of, error, json_response
+from . import permissions as perms
+from .rest import (
+    UNKNOWN_MEMBER,
+    UNKNOWN_USER,
+    JsonDict,
+    body_of,
+    error,
+    forbidden,
+    json_response,
+)
 from .world import World
 
 UNKNOWN_GUILD = 10004
@@ -46,12 +55,19 @@ class UserRoutes:
     async def patch_own_member(self, request: web.Request) -> web.Response:
         """PATCH /guilds/{guild.id}/members/@me (Resources › Guild › Modify Current Member):
         the bot's nickname (an empty one removes it) and server avatar (a data URI in, an
-        image hash out)."""
+        image hash out). Changing the nickname needs CHANGE_NICKNAME (403 50013)."""
         world = self._world
         guild_id = int(request.match_info["guild_id"])
         if not world.is_member(guild_id, world.bot_id):
             return error(404, UNKNOWN_GUILD, "Unknown Guild")
         body: JsonDict = body_of(request) or {}
+        guild = world.guilds[guild_id]
+        granted = perms.base_permissions(
+            guild["everyone"], (int(world.roles[r]["permissions"])
+                                for r in world.roles_in(guild_id, world.bot_id)),
+            is_owner=guild.get("owner_id") == world.bot_id)
+        if "nick" in body and not granted & perms.CHANGE_NICKNAME:
+            return forbidden()
         mine = self.own_member.setdefault(guild_id, {"nick": None, "avatar": None})
         if "nick" in body:
             mine["nick"] = body["nick"] or None
