@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import turn_engine.journals as journals
-from fsm.review.journal import serialize_journal
+from fsm.journal import serialize_journal
 from fsm.scenarios.demo import main as demo_main
 from turn_engine.settings import JournalSettings
 

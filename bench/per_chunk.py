@@ -20,7 +20,7 @@ import asyncio
 import time
 from typing import Any
 
-from fsm.review.journal import JournalRecorder
+from fsm.journal import JournalRecorder
 from fsm.scenarios.scripted import InMemoryChannel
 
 from .common import Clock, Section, median, run_async

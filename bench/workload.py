@@ -32,7 +32,7 @@ from fsm.engine.provider import (
 from fsm.engine.result import TurnResult
 from fsm.engine.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult
 from fsm.engine.turn import Turn, TurnObserver
-from fsm.review.journal import JournalRecorder
+from fsm.journal import JournalRecorder
 from fsm.scenarios.scripted import InMemoryChannel
 
 _WORDS = ("The ", "weather ", "in ", "Oslo ", "is ", "cold, ", "and ", "your ", "avatar ",

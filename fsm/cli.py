@@ -7,11 +7,11 @@ import json
 import sys
 from pathlib import Path
 
+from .journal import ScenarioError, jsonable, read_journal, write_journal
 from .review.diagram import add_diagram_commands
-from .review.journal import jsonable, write_journal
 from .review.replay import replay_difference
 from .review.web.command import add_review_command
-from .scenarios.format import ScenarioError, load_scenario, read_journal
+from .scenarios.format import load_scenario
 from .scenarios.runner import play_virtual
 
 

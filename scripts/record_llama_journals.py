@@ -43,7 +43,7 @@ from fsm.engine.locks import ChannelLockRegistry  # noqa: E402
 from fsm.engine.prefill import TurnRequest  # noqa: E402
 from fsm.engine.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult  # noqa: E402
 from fsm.engine.turn import Turn  # noqa: E402
-from fsm.review.journal import JournalRecorder, journal_document, write_journal  # noqa: E402
+from fsm.journal import JournalRecorder, journal_document, write_journal  # noqa: E402
 from providers import ProviderConfig, build_provider  # noqa: E402
 from turn_engine.chat import Screen, TerminalChannel  # noqa: E402
 

@@ -37,7 +37,7 @@ from fsm.engine.result import TurnResult
 from fsm.engine.stash import ContextStash
 from fsm.engine.table import TERMINAL, edge_keys
 from fsm.engine.turn import Turn
-from fsm.review.journal import jsonable
+from fsm.journal import jsonable
 from fsm.review.replay import replay_difference
 from fsm.scenarios.format import parse_scenario
 from fsm.scenarios.runner import Played, play, run_virtual

@@ -118,7 +118,7 @@ async def test_kill_or_tool_loop_failure_does_not_fall_back() -> None:
 async def test_each_attempt_journals_and_replays_with_its_prefill_and_calls() -> None:
     # covers G1 with the journal rule: every live attempt replays to the same result
     from fsm.engine.turn import Turn
-    from fsm.review.journal import JournalRecorder, journal_document
+    from fsm.journal import JournalRecorder, journal_document
     from fsm.review.replay import replay_on_loop
 
     primary = _provider([{"at": 1, "tool_call": {"name": "weather", "args": {"city": "Oslo"}}}],

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from fsm.journal import jsonable, write_journal
 from fsm.review.inspect import Journal, load_journal, parse_journal, summarize, time_in_states
-from fsm.review.journal import jsonable, write_journal
 from fsm.scenarios.format import ScenarioError, load_scenario
 from fsm.scenarios.runner import play_virtual
 

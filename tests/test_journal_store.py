@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from fsm.cli import main as fsm_main
+from fsm.journal import read_journal
 from fsm.review.inspect import load_journal
 from fsm.review.web.catalog import Catalog
 from fsm.scenarios.demo import main as demo_main
-from fsm.scenarios.format import read_journal
 from turn_engine.journals import JournalStore, encode_journal
 from turn_engine.settings import JournalSettings
 
@@ -148,7 +148,7 @@ async def test_turn_journals_are_encoded_and_written_off_the_event_loop(tmp_path
     # covers O9 with issue 12 item 3: serializing and writing a journal never holds the loop
     import threading
 
-    from fsm.review.journal import JournalRecorder
+    from fsm.journal import JournalRecorder
     from fsm.scenarios.format import parse_scenario
     from fsm.scenarios.runner import play
 

@@ -1,5 +1,7 @@
-"""The repository's shape (issue 13): no import cycles between modules (TYPE_CHECKING
-imports included), layers import only downwards, and every module says what it is for in its
+"""The repository's shape (issues 13 and 23): no import cycles between modules (TYPE_CHECKING
+imports included) nor between packages (a package is a directory with its `__init__.py`; a
+cycle of packages is a layering knot even when no two modules import each other), layers import
+only downwards, and every module says what it is for in its
 first docstring line. Covers no SPEC behaviour; it keeps the architecture of
 docs/architecture.md true."""
 
@@ -15,10 +17,19 @@ PACKAGES = ("fsm", "providers", "discord_io", "turn_engine")
 FORBIDDEN = {
     "fsm.engine": ("fsm.scenarios", "fsm.review", "fsm.cli", "providers", "discord_io",
                    "turn_engine"),
-    "fsm.scenarios": ("providers", "discord_io", "turn_engine"),
-    "fsm.review": ("providers", "discord_io", "turn_engine"),
+    "fsm.journal": ("fsm.scenarios", "fsm.review", "fsm.cli", "providers", "discord_io",
+                    "turn_engine"),
+    "fsm.local_http": ("fsm.engine", "fsm.journal", "fsm.scenarios", "fsm.review", "fsm.cli",
+                       "fsm.telemetry", "providers", "discord_io", "turn_engine"),
+    "fsm.scenarios": ("fsm.review", "fsm.cli", "providers", "discord_io", "turn_engine"),
+    "fsm.review": ("fsm.cli", "providers", "discord_io", "turn_engine"),
+    "fsm.telemetry": ("fsm.scenarios", "fsm.review", "fsm.journal", "fsm.cli", "providers",
+                      "discord_io", "turn_engine"),
+    # the emulator stands for Discord: it knows nothing of the bot it is talking to
+    "discord_io.testing": ("fsm", "providers", "discord_io.admission", "discord_io.delivery",
+                           "discord_io.redis_backend", "turn_engine"),
     "providers": ("discord_io", "turn_engine", "fsm.scenarios", "fsm.review"),
-    "discord_io": ("turn_engine",),
+    "discord_io": ("turn_engine", "fsm.scenarios", "fsm.review", "fsm.cli"),
 }
 
 
@@ -62,7 +73,21 @@ def _graph() -> dict[str, set[str]]:
     return {name: _imports(name, path, known) for name, path in modules.items()}
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+def _package_of(name: str, path: Path) -> str:
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _package_graph(graph: dict[str, set[str]], paths: dict[str, Path]) -> dict[str, set[str]]:
+    """Which package imports which: every module's imports, seen from the package it is in."""
+    packages: dict[str, set[str]] = {}
+    for name, imported in graph.items():
+        here = _package_of(name, paths[name])
+        packages.setdefault(here, set()).update(
+            there for target in imported if (there := _package_of(target, paths[target])) != here)
+    return packages
+
+
+def _cycle(graph: dict[str, set[str]], *, nesting_counts: bool = False) -> list[str] | None:
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -70,8 +95,9 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         state[node] = 1
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
-            # a package's __init__ importing its own submodules is not a cycle back into it
-            if node.startswith(nxt + ".") or nxt.startswith(node + "."):
+            # a package's __init__ importing its own submodules is not a cycle back into it;
+            # between packages, a parent and its subpackage are two rooms like any others
+            if not nesting_counts and (node.startswith(nxt + ".") or nxt.startswith(node + ".")):
                 continue
             if state.get(nxt) == 1:
                 return [*stack[stack.index(nxt):], nxt]
@@ -95,6 +121,22 @@ def test_no_import_cycles() -> None:
 def test_the_cycle_finder_finds_one() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_package_cycles() -> None:
+    modules = _modules()
+    cycle = _cycle(_package_graph(_graph(), modules), nesting_counts=True)
+    assert cycle is None, "package cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_package_cycle_finder_finds_one_no_module_cycle_shows() -> None:
+    # a.x -> b.y and b.z -> a.w: no module imports one that imports it back, yet the
+    # packages a and b are knotted (scenarios/demo.py and review/journal.py were, issue 23)
+    paths = {name: Path(*name.split(".")).with_suffix(".py")
+             for name in ("a.x", "a.w", "b.y", "b.z")}
+    graph = {"a.x": {"b.y"}, "a.w": set(), "b.y": set(), "b.z": {"a.w"}}
+    assert _cycle(graph) is None
+    assert _cycle(_package_graph(graph, paths), nesting_counts=True) == ["a", "b", "a"]
 
 
 def test_layers_import_only_downwards() -> None:

@@ -22,7 +22,7 @@ import pytest
 
 from fsm.engine.result import TurnResult
 from fsm.engine.turn import Turn
-from fsm.review.journal import JournalRecorder, journal_document, jsonable
+from fsm.journal import JournalRecorder, journal_document, jsonable
 from providers import build_provider
 from providers.replay_server import Hang, Pause, ReplayServer, Send, Step, parse_script
 

@@ -137,9 +137,9 @@ def test_any_json_is_read_or_refused_in_one_line(tmp_path_factory: pytest.TempPa
                                                  data: Any) -> None:
     # covers the bad-input rule for journals, fuzzed: reading, summarising and replaying a
     # document of any shape is a result or a ScenarioError, never another exception
+    from fsm.journal import ScenarioError, read_journal
     from fsm.review.inspect import parse_journal, summarize
     from fsm.review.replay import replay_difference
-    from fsm.scenarios.format import ScenarioError, read_journal
 
     path = tmp_path_factory.mktemp("fuzz") / "j.json"
     path.write_text(json.dumps(data), encoding="utf-8")

@@ -22,7 +22,7 @@ from fsm.engine.prefill import TurnRequest
 from fsm.engine.provider import AbortSignal, PassRequest, ProviderEvent, TextDelta
 from fsm.engine.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult
 from fsm.engine.turn import Turn
-from fsm.review.journal import JournalRecorder, journal_document, serialize_journal
+from fsm.journal import JournalRecorder, journal_document, serialize_journal
 from fsm.review.replay import replay_difference
 from fsm.scenarios.format import parse_scenario
 from fsm.scenarios.runner import play_virtual

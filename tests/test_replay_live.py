@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from fsm.journal import read_journal
 from fsm.review.replay import replay_difference
-from fsm.scenarios.format import read_journal
 
 from engine_support import ROOT
 

@@ -23,7 +23,7 @@ from fsm.engine.provider import (
 )
 from fsm.engine.tools import ToolRegistry
 from fsm.engine.turn import Turn
-from fsm.review.journal import JournalRecorder, journal_document
+from fsm.journal import JournalRecorder, journal_document
 from fsm.review.replay import replay_on_loop
 from fsm.scenarios.format import Step, parse_scenario
 from fsm.scenarios.runner import play

@@ -42,7 +42,7 @@ from typing import Any
 from fsm.engine.generation import GenerationResult
 from fsm.engine.tools import ToolRegistry
 from fsm.engine.turn import Turn
-from fsm.review.journal import JournalRecorder, journal_document, jsonable
+from fsm.journal import JournalRecorder, journal_document, jsonable
 
 from .settings import JournalSettings
 

@@ -1,5 +1,5 @@
 """What records a live turn's inputs as they really arrive, so it can be replayed: the
-engine calls it; the journal (fsm.review.journal) implements it."""
+engine calls it; the journal (fsm.journal) implements it."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ from ..engine.table import (
     EdgeKind,
     State,
 )
-from ..scenarios.format import ScenarioError
+from ..journal import ScenarioError
 from .inspect import (
     EdgeKey,
     Journal,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.table import TABLE, TERMINAL, Edge, State
-from ..scenarios.format import ScenarioError, read_journal
+from ..journal import ScenarioError, read_journal
 
 EdgeKey = tuple[str, str, str]
 """(trigger, source, dest) as `fsm.engine.table.edge_keys()` spells it."""

@@ -13,7 +13,7 @@ from ..engine.locks import ChannelLockRegistry
 from ..engine.prefill import TurnRequest
 from ..engine.table import TERMINAL, State
 from ..engine.turn import Turn
-from ..review.journal import JournalRecorder, RecordingStash, journal_document, write_journal
+from ..journal import JournalRecorder, RecordingStash, journal_document, write_journal
 from .format import Scenario, parse_scenario
 from .runner import run_virtual
 from .scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items

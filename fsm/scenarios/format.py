@@ -9,8 +9,6 @@ instead of a traceback further on.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,10 +18,7 @@ from ..engine.config import TurnConfig
 from ..engine.flags import EnrichmentKind
 from ..engine.stash import item_size
 from ..engine.tools import LoopPolicy
-
-
-class ScenarioError(ValueError):
-    """A malformed scenario or journal; the message is one line naming file and field."""
+from ..journal.reading import ScenarioError, read_json
 
 
 class _Loose(BaseModel):
@@ -284,112 +279,8 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     return scenario
 
 
-def read_text(path: Path) -> str:
-    """The file's text, or a ScenarioError naming the file."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise ScenarioError(f"{path}: not UTF-8 text") from None
-
-
-MAX_INTEGER_DIGITS = 30
-"""No recorder writes a longer integer (ids are strings, counts and times are small)."""
-
-
-def _parse_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
-        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits, more than "
-                         f"{MAX_INTEGER_DIGITS}")
-    return int(text)
-
-
-def _parse_float(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"the number {text[:20]}{'…' if len(text) > 20 else ''} is out of range")
-    return value
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def loads(text: str) -> Any:
-    """`json.loads` that refuses what a journal never holds: huge integers, non-finite
-    numbers (ValueError)."""
-    return json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
-                      parse_constant=_refuse_constant)
-
-
-def decode_json(text: str, where: str) -> Any:
-    """Parse JSON text; any failure, absurd nesting and huge numbers included, is one
-    ScenarioError naming `where`."""
-    try:
-        return loads(text)
-    except json.JSONDecodeError as exc:
-        raise ScenarioError(f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: "
-                            f"{exc.msg}") from None
-    except RecursionError:
-        raise ScenarioError(f"{where}: JSON nested too deeply to read") from None
-    except ValueError as exc:
-        raise ScenarioError(f"{where}: unreadable JSON ({exc})") from None
-
-
-def read_json(path: Path) -> Any:
-    return decode_json(read_text(path), str(path))
-
-
 def load_scenario(path: Path) -> Scenario:
     return parse_scenario(read_json(path), str(path))
-
-
-def journal_document(scenario: dict[str, Any], transitions: list[dict[str, Any]],
-                     result: dict[str, Any],
-                     origin: Mapping[str, str | int] | None = None) -> dict[str, Any]:
-    """A recorded journal: the scenario fields that reproduce it, the transitions, the result.
-    When the channel's own account of what it delivered differs from the passes' text, that
-    account is an input of the result and is recorded too (`channel.delivered_text`).
-    `origin` says where the turn ran (channel, message, and with Redis the worker and its
-    fencing token); replay does not read it."""
-    doc = {k: v for k, v in scenario.items() if k not in ("journal", "result", "expect")}
-    if origin is not None:
-        doc["origin"] = dict(origin)
-    delivered = result.get("delivered_text")
-    passes = result.get("pass_results")
-    channel = doc.get("channel")
-    channel = dict(channel) if isinstance(channel, dict) else {}
-    if isinstance(delivered, str) and isinstance(passes, list) and \
-            channel.get("delivered_text") is None:
-        handed = "".join(p.get("text", "") for p in passes if isinstance(p, dict))
-        if delivered != handed:
-            doc["channel"] = {**channel, "delivered_text": delivered}
-    doc["journal"] = [dict(t) for t in transitions]
-    doc["result"] = result
-    return doc
-
-
-def read_journal(path: Path) -> Any:
-    """A journal file: one JSON document, or JSON Lines as `run-scenario` prints them."""
-    text = read_text(path)
-    try:
-        return loads(text)
-    except json.JSONDecodeError as exc:
-        first_error = exc
-    except (RecursionError, ValueError):
-        return decode_json(text, str(path))
-    lines: list[Any] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        if number == 1 and not line.lstrip().startswith("{"):
-            raise ScenarioError(f"{path}: invalid JSON at line {first_error.lineno} column "
-                                f"{first_error.colno}: {first_error.msg}")
-        lines.append(decode_json(line, f"{path}: line {number}"))
-    if not lines:
-        raise ScenarioError(f"{path}: empty file, not a journal")
-    return lines
 
 
 def split_journal(data: Any, source: str) -> tuple[Scenario, list[dict[str, Any]], dict[str, Any]]:

@@ -17,12 +17,11 @@ from ..engine.result import TurnResult
 from ..engine.stash import ContextStash
 from ..engine.table import TERMINAL
 from ..engine.turn import Turn, TurnObserver
+from ..journal import journal_document, read_journal
 from .format import (
     HistoryMessage,
     LookupSpec,
     Scenario,
-    journal_document,
-    read_journal,
     split_journal,
 )
 from .scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items

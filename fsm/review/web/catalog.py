@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...engine.table import TERMINAL
-from ...scenarios.format import ScenarioError
+from ...journal import ScenarioError
 from ..inspect import Journal, load_journal, outcome_of, reply_attempts, reply_of
 
 JOURNAL_SUFFIXES = (".json", ".jsonl")

@@ -21,8 +21,8 @@ from typing import Any
 
 from aiohttp import web
 
+from ...journal import ScenarioError
 from ...local_http import HostPolicy, local_guard
-from ...scenarios.format import ScenarioError
 from ..diagram import journal_dot
 from ..inspect import Journal
 from .budget import Budgets, OverBudget, Workers

@@ -26,7 +26,7 @@ from ..engine.pass_run import PassRun, TextSink
 from ..engine.prefill import TurnRequest
 from ..engine.stash import ContextStash
 from ..engine.tools import Tool, ToolRegistry
-from ..scenarios.format import journal_document
+from .document import journal_document
 
 __all__ = ["JournalRecorder", "RecordingStash", "journal_document", "jsonable",
            "save_journal", "serialize_journal", "write_journal"]
