@@ -215,3 +215,24 @@ async def test_the_delivery_bound_counts_the_whole_reply_across_attempts() -> No
                                     _Failing(None, "abcdef")], max_delivered_chars=10)
     assert channel.text == "12345678ab" and result.status == "delivery_cap"
     assert [n.kind for n in channel.notices] == ["delivery_cap"]
+
+
+async def test_a_token_capped_empty_pass_after_a_tool_falls_back() -> None:
+    # covers T10, G1: the pre-tool line is not the answer; the fallback gives it
+    scenario = parse_scenario({
+        "passes": [[{"at": 1, "text": "Checking."}, {"at": 2, "tool_call": {"name": "t"}}],
+                   [{"at": 1, "reasoning": "Hmm..."}, {"at": 2, "finish": "length"},
+                    {"at": 2, "end": "empty"}]],
+        "tools": {"t": [{"success": True, "data": {}}]}})
+    locks = ChannelLockRegistry()
+    lock = locks.try_acquire("c", "o")
+    assert lock is not None
+    channel = InMemoryChannel()
+    stash = ContextStash()
+    tools = ScriptedTools(scenario.tools, stash, {})
+    result = await run_generation_turn(
+        [Attempt(ScriptedProvider(scenario.passes), "a"), Attempt(_Failing(None, " Snow."), "b")],
+        channel=channel, locks=locks, lock=lock, request=TurnRequest(), tools=tools.registry,
+        stash=stash)
+    assert [a.status for a in result.attempts] == ["empty_response", "completed"]
+    assert result.delivered_text == "Checking. Snow."

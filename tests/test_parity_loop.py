@@ -168,3 +168,27 @@ async def test_an_empty_first_pass_is_still_an_empty_response() -> None:
 async def test_the_turn_request_default_carries_no_prefill() -> None:
     # covers S1 (no prefill: nothing to fold, nothing trailing)
     assert fold_into_history([_entry("x")], TurnRequest().prefill)[1] == ""
+
+
+@pytest.mark.parametrize("finish", ["length", "max_tokens", "MAX_TOKENS"])
+async def test_a_token_capped_empty_pass_after_a_tool_is_no_answer(finish: str) -> None:
+    # covers T10: the pass after the tool spent its output budget thinking and said nothing;
+    # the pre-tool line alone is not the reply (TomoriBot: `empty_response`), so a fallback
+    # may still answer
+    played = await play(parse_scenario({
+        "passes": [[{"at": 1, "text": "Checking."}, {"at": 2, "tool_call": {"name": "t"}}],
+                   [{"at": 1, "reasoning": "Let me think about the weather in Oslo..."},
+                    {"at": 2, "finish": finish}, {"at": 2, "end": "empty"}]],
+        "tools": {"t": [{"success": True, "data": {}}]}}))
+    assert played.result.status == "empty_response"
+    assert played.turn.transitions[-1]["event"] == "empty"
+    assert played.result.passes[-1].finish_reason == finish
+
+
+async def test_an_empty_pass_that_finished_cleanly_still_keeps_the_delivered_text() -> None:
+    # covers T10: a clean finish after the delivered text is the reply it already gave
+    played = await play(parse_scenario({
+        "passes": [[{"at": 1, "text": "Checking."}, {"at": 2, "tool_call": {"name": "t"}}],
+                   [{"at": 1, "finish": "stop"}, {"at": 1, "end": "empty"}]],
+        "tools": {"t": [{"success": True, "data": {}}]}}))
+    assert played.result.status == "completed" and played.result.text == "Checking."

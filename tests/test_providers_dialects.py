@@ -14,7 +14,14 @@ import pytest
 
 from fsm.engine.generation import Attempt, run_generation_turn
 from fsm.engine.prefill import TurnRequest
-from fsm.engine.provider import AbortSignal, Finish, ProviderEvent, ReasoningDelta, TextDelta
+from fsm.engine.provider import (
+    CUT_OFF_FINISHES,
+    AbortSignal,
+    Finish,
+    ProviderEvent,
+    ReasoningDelta,
+    TextDelta,
+)
 from fsm.scenarios.scripted import InMemoryChannel
 from providers.endings import ANTHROPIC, CHAT_COMPLETIONS, GEMINI, FinishReasons
 from providers.factory import build_provider
@@ -186,6 +193,12 @@ def test_the_tables_sort_each_documented_word_once(table: FinishReasons) -> None
     classes = [table.complete, table.truncated, table.context, table.blocked, table.error]
     words = [word for words in classes for word in words]
     assert len(words) == len(set(words))
+
+
+@pytest.mark.parametrize("table", [GEMINI, ANTHROPIC, CHAT_COMPLETIONS])
+def test_every_cut_off_word_is_one_the_engine_knows(table: FinishReasons) -> None:
+    """covers P6, T10: a pass a limit cut off is never taken for a finished one."""
+    assert table.truncated | table.context <= CUT_OFF_FINISHES
 
 
 def test_the_gemini_table_covers_the_whole_enum() -> None:

@@ -151,6 +151,15 @@ class Finish:
     reason: str
 
 
+CUT_OFF_FINISHES: frozenset[str] = frozenset({
+    "length", "max_tokens", "MAX_TOKENS", "pause_turn", "model_length",
+    "model_context_window_exceeded",
+})
+"""Finish words that say a limit ended the output (the output tokens, a paused turn, the
+context window), not the model: a pass that ended so and said nothing has not answered
+(T10). Every word the adapters sort as truncated or context-filled (P6) is here."""
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderError:
     """A provider-level error result: HTTP status or an in-band error after HTTP 200."""

@@ -26,7 +26,7 @@ from .mailbox import Mailbox
 from .metadata import tail_directive
 from .pass_run import PassRun
 from .prefill import TurnRequest, build_pass_request
-from .provider import AbortSignal, HistoryEntry, PassRequest, Provider
+from .provider import CUT_OFF_FINISHES, AbortSignal, HistoryEntry, PassRequest, Provider
 from .recording import InputRecorder
 from .restart import METADATA_TAIL_DIRECTIVE, RestartRequest
 from .restart_runner import RestartRunner, already_sent_notice, without_stash_key
@@ -471,7 +471,11 @@ class Turn:
 
     def delivered_text_stands(self, _payload: Any = None) -> bool:
         """An empty pass after a tool, in a turn that already delivered text, completes
-        with that text, unless the tool required the model to speak after it (T10)."""
+        with that text, unless the tool required the model to speak after it or a limit
+        cut the pass off (a model that spent its budget thinking has not answered, T10)."""
+        run = self._run
+        if run is not None and run.finish in CUT_OFF_FINISHES:
+            return False
         return (len(self._passes) > 1 and not self._follow_up_required
                 and bool(self._delivered_text().strip()))
 
