@@ -119,3 +119,48 @@ async def test_a_stashed_item_with_an_unknown_role_does_not_kill_the_turn() -> N
     normalize_items(played.provider.requests[1].context_items)  # the adapter accepts it
     assert played.result.flags["disable_gif_processing"] is True
     assert played.stash.total_bytes == 0
+
+
+_TOMORI_RESTARTS = [
+    ("process_youtube_video", "youtube", "context_restart_with_video",
+     "disable_youtube_processing"),
+    ("peek_profile_picture", "image", "context_restart_with_image",
+     "disable_profile_picture_processing"),
+    ("reveal_message_metadata", "message_metadata", "context_restart_with_message_metadata",
+     "disable_message_metadata_context"),
+]
+
+
+@pytest.mark.parametrize(("tool", "guard", "written", "flag"), _TOMORI_RESTARTS,
+                         ids=[t for _, _, t, _ in _TOMORI_RESTARTS])
+async def test_tomoribots_own_restart_types_restart_through_the_declared_guard(
+        tool: str, guard: str, written: str, flag: str) -> None:
+    # covers R1, R8: TomoriBot's YouTube tool says `context_restart_with_video`, a word the
+    # engine's kinds do not have; its declared guard decides the kind, so the item is
+    # injected, the flag set and a repeat call refused (it was an ordinary result before)
+    data: dict[str, Any] = {"type": written}
+    if guard != "message_metadata":
+        data["enhanced_context_item"] = {"role": "user", "content": "<enriched>"}
+    played = await play(parse_scenario({
+        "passes": [[{"at": 1, "tool_call": {"name": tool}}],
+                   [{"at": 1, "tool_call": {"name": tool}}],
+                   [{"at": 1, "text": "Done."}, {"at": 2, "end": "completed"}]],
+        "tools": {tool: {"guard": guard, "outcomes": [{"success": True, "data": data},
+                                                      {"success": True, "data": data}]}},
+        "history": [{"id": "m1", "author": "ana", "content": "hi",
+                     "at": "2026-11-30T12:00:00Z"}],
+    }))
+    result = played.result
+    assert result.status == "completed" and result.flags[flag] is True
+    assert result.context_items_added == 1
+    assert [t["to"] for t in played.transitions].count("ContextRestart") == 1
+    assert result.function_history == [tool]  # only the refused repeat: a failed result
+    assert played.provider.requests[2].function_history[0].success is False
+
+
+async def test_an_unknown_type_word_without_a_guard_is_still_an_ordinary_result() -> None:
+    # covers R1: with no guard to resolve it, a word the engine does not know restarts nothing
+    assert parse_restart("t", {"type": "context_restart_with_video"}) is None
+    resolved = parse_restart("yt", {"type": "context_restart_with_video"}, guard="youtube")
+    assert resolved is not None and resolved.kind == "youtube"
+    assert resolved.type == "context_restart_with_video"

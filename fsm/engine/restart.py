@@ -114,8 +114,10 @@ def parse_restart(tool_name: str, data: Any,
     """The restart a successful result of tool `tool_name` (declaring `guard`) asks for, or
     None (R1).
 
-    Garbage never restarts: a malformed payload or a kind the engine does not know is logged
-    and treated as an ordinary result, so the turn goes on.
+    The declared guard decides the kind; a type word the engine does not know (TomoriBot's
+    `context_restart_with_video`) is resolved through the guard before it is given up on.
+    Garbage never restarts: a malformed payload, an empty type word, or an unknown word from
+    a tool without a guard is logged and treated as an ordinary result, so the turn goes on.
     """
     if not isinstance(data, Mapping):
         return None
@@ -129,11 +131,12 @@ def parse_restart(tool_name: str, data: Any,
     if not kind_value.startswith(RESTART_PREFIX):
         return None
     named = restart_kind(kind_value)
-    if named is None:
+    word = kind_value.removeprefix(RESTART_PREFIX).removeprefix(WITH_PREFIX)
+    if named is None and (guard is None or not word):
         log.warning("%s: %r names no enrichment the engine knows; an ordinary result",
                     tool_name, kind_value[:80])
         return None
-    if guard is not None and guard != named:
+    if guard is not None and named is not None and guard != named:
         log.warning("%s: %r under the tool's guard %s; the guard decides", tool_name,
                     kind_value, guard)
     inline: dict[str, Any] | None = None
@@ -153,7 +156,9 @@ def parse_restart(tool_name: str, data: Any,
                         tool_name, type(raw_key).__name__)
             return None
         key = raw_key
-    return RestartRequest(kind=guard or named, type=kind_value, data=data,
+    kind = guard or named
+    assert kind is not None
+    return RestartRequest(kind=kind, type=kind_value, data=data,
                           inline_item=inline, pending_key=key)
 
 
