@@ -164,3 +164,24 @@ async def test_an_unknown_type_word_without_a_guard_is_still_an_ordinary_result(
     resolved = parse_restart("yt", {"type": "context_restart_with_video"}, guard="youtube")
     assert resolved is not None and resolved.kind == "youtube"
     assert resolved.type == "context_restart_with_video"
+
+
+@pytest.mark.parametrize("drafting", [False, True])
+async def test_the_restart_pass_opener_is_named_to_the_next_pass_with_drafting_on_too(
+        drafting: bool) -> None:
+    # covers T7, R10: the text streamed before the restart call has no history entry to
+    # carry it, so the next pass is told it was sent; with drafting on the review log keeps
+    # the call as well (before, drafting skipped the notice and the opener came twice)
+    played = await play(parse_scenario({
+        "config": {"drafting": drafting},
+        "passes": [[{"at": 1, "text": "Let me look at that video. "},
+                    {"at": 2, "tool_call": {"name": "summarize_link"}}],
+                   [{"at": 1, "text": "It is about cats."}, {"at": 2, "end": "completed"}]],
+        "tools": {"summarize_link": {"guard": "youtube", "outcomes": [{"success": True, "data": {
+            "type": "context_restart_youtube",
+            "enhanced_context_item": {"role": "user", "content": "<summary>"}}}]}},
+    }))
+    [notice] = played.provider.requests[1].request_notices
+    assert notice.startswith("[System: this reply already began") and "video" in notice
+    logged = [entry.get("pre_tool_text") for entry in played.result.review_log]
+    assert logged == (["Let me look at that video. ", None] if drafting else [])

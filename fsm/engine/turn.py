@@ -652,8 +652,9 @@ class Turn:
             self.status = "completed"  # the tool's loop policy ended the turn (T9)
 
     def on_restart_requested(self, payload: Any = None) -> None:
-        """No ordinary history entry for the restart call (R1); with drafting on, the review
-        log keeps the call and its result (R10)."""
+        """No ordinary history entry for the restart call (R1): its pre-tool text is named to
+        the next passes, so it is not repeated (T7); with drafting on, the review log also
+        keeps the call and its result (R10)."""
         assert isinstance(payload, tuple)
         result, restart = payload
         call = self._tools.settle_current().call
@@ -665,7 +666,7 @@ class Turn:
                                     "arguments": call.arguments,
                                     "result": without_stash_key(result.for_model()),
                                     "pre_tool_text": pre_tool_text})
-        elif pre_tool_text:
+        if pre_tool_text:
             self.turn_notices.append(already_sent_notice(pre_tool_text))
 
     def on_restart(self, payload: Any = None) -> None:
