@@ -55,14 +55,16 @@ async def test_fallback_continues_from_delivered_text_with_errors_suppressed() -
     assert result.delivered_text == "Partial answer and the rest."
 
 
-async def test_every_attempt_failing_posts_the_deferred_notice_once() -> None:
-    # covers G2, S12
+async def test_every_attempt_failing_names_the_last_failure_once() -> None:
+    # covers G2, S12: the primary's deferred timeout notice is cleared by the fallback,
+    # whose own failure is what the user is told
     primary = _provider([{"at": 0, "stall": True}])
     fallback = _provider([{"at": 1, "error": "overloaded"}])
     result, channel = await _run([Attempt(primary, "primary"), Attempt(fallback, "fb")])
     assert result.status == "error"
-    assert [n.kind for n in channel.notices] == ["timeout_first_token"]
-    assert result.deferred_notice_posted == "timeout_first_token"
+    assert result.attempts[0].deferred_notice == "timeout_first_token"
+    assert [n.kind for n in channel.notices] == ["failed_other"]
+    assert result.deferred_notice_posted is None
 
 
 async def test_last_attempt_timing_out_posts_only_its_own_notice() -> None:

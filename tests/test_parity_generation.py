@@ -100,12 +100,23 @@ async def test_an_empty_reply_says_so_once() -> None:
     assert [n.kind for n in channel.notices] == ["failed_empty_reply"]
 
 
-async def test_a_deferred_timeout_notice_is_the_one_notice() -> None:
-    # covers G2, S12: an earlier attempt timed out, the last failed otherwise
+async def test_the_last_attempts_failure_is_the_one_notice() -> None:
+    # covers G2, S12: the primary timed out and the fallback was rate limited: the user is
+    # told of the rate limit that ended the reply, not "the model went quiet" (TomoriBot
+    # clears the deferred notice at each attempt)
     stall = ScriptedProvider(parse_scenario({"passes": [[{"at": 1, "stall": True}]]}).passes)
     result, channel = await _chain([stall, _Failing(_error(429))])
-    assert [n.kind for n in channel.notices] == ["timeout_first_token"]
-    assert result.deferred_notice_posted == "timeout_first_token"
+    assert result.attempts[0].deferred_notice == "timeout_first_token"
+    assert [n.kind for n in channel.notices] == ["failed_rate_limited"] == result.notices
+    assert result.deferred_notice_posted is None
+    assert result.failure_notice_posted == "failed_rate_limited"
+
+
+async def test_a_timeout_after_another_failure_posts_the_timeout_notice_once() -> None:
+    # covers G2, S12: the last attempt timed out; its own notice is the one
+    stall = ScriptedProvider(parse_scenario({"passes": [[{"at": 1, "stall": True}]]}).passes)
+    result, channel = await _chain([_Failing(_error(429)), stall])
+    assert [n.kind for n in channel.notices] == ["timeout_first_token"] == result.notices
 
 
 async def test_with_user_errors_off_a_failure_posts_nothing() -> None:

@@ -20,8 +20,8 @@ virtual-time loop and checked by the chain oracle `check_chain`:
   attempt is that attempt's own text (never an earlier attempt's again), and the chain's
   delivered text is the attempts' in order;
 - errors are suppressed while an attempt remains (no timeout notice from a non-final
-  attempt, S12); the deferred timeout notice is posted by the chain at most once, last, and
-  exactly when every attempt failed and one timed out without the last posting its own (G2);
+  attempt, S12); when every attempt failed, the chain posts at most one notice, last, for
+  why the last attempt failed: its deferred timeout notice only if it timed out (G2);
 - calls an earlier attempt completed are replayed in the history and named in a request-only
   notice to every later attempt, exactly those, never re-run (a tool runs only when the running
   attempt's own model asked for it; a truncated call never runs, T4); a restart's injected
@@ -845,12 +845,13 @@ def _check_delivery(run: ChainRun, discord_kind: bool) -> None:
 
 def _check_notices(cfg: TurnConfig, run: ChainRun, scripted: int) -> None:
     """S12, G2: errors suppressed while an attempt remains; when the chain failed and its
-    last attempt posted no error notice of its own, one notice last: the deferred timeout
-    notice, else one naming the failure's kind. Never two error notices."""
+    last attempt posted no error notice of its own, one notice last, for why that last
+    attempt failed: its deferred timeout notice, else one naming the failure's kind (each
+    attempt clears an earlier one's deferral). Never two error notices."""
     gen, log = run.result, run.log
     results = gen.attempts
     final = results[-1]
-    deferred = [r.deferred_notice for r in results if r.deferred_notice is not None]
+    deferred = final.deferred_notice
     for r in results[:-1]:
         assert not [k for k in r.notices if k.startswith("timeout_")]
     failure = failure_of(final)
@@ -860,9 +861,9 @@ def _check_notices(cfg: TurnConfig, run: ChainRun, scripted: int) -> None:
         and failure not in (None, "destination_unavailable")
         and not any(k in ERROR_NOTICES for k in final.notices)
     ):
-        if deferred:
-            expected = deferred[0]
-        elif failure != "timeout":
+        if failure == "timeout":
+            expected = deferred
+        else:
             assert failure is not None
             expected = NOTICE_BY_FAILURE[failure]
     is_timeout = expected is not None and expected.startswith("timeout_")

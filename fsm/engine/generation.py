@@ -5,9 +5,9 @@ remains, errors are suppressed to the user (timeout notices are deferred, S12); 
 continues from the text already delivered (a continuation prefill, S1) and is told which tool
 calls the earlier attempt already completed — or, with `superseded_output: delete`, the
 failed attempt's messages are deleted and the fallback answers in full. A destination that
-refuses the send ends the chain (G3). If every attempt fails, the turn posts one notice: the
-deferred timeout notice, or one naming the failure's kind (G2). What the whole reply may
-deliver is bounded across its attempts (D5).
+refuses the send ends the chain (G3). If every attempt fails, the turn posts one notice for
+why the last one failed: its deferred timeout notice, or one naming the failure's kind (G2).
+What the whole reply may deliver is bounded across its attempts (D5).
 """
 
 from __future__ import annotations
@@ -142,9 +142,9 @@ async def run_generation_turn(
     observer: TurnObserver | None = None,
     on_attempt: Callable[[Turn], None] | None = None,
 ) -> GenerationResult:
-    """Try each attempt in order until one does not fail (G1); post the deferred notice
-    if all fail (G2). `on_attempt` sees each attempt's turn before it runs (to route a
-    follow-up to it, or to journal it)."""
+    """Try each attempt in order until one does not fail (G1); if all fail, post the one
+    notice for why the last failed (G2). `on_attempt` sees each attempt's turn before it
+    runs (to route a follow-up to it, or to journal it)."""
     if not attempts:
         raise ValueError("a generation turn needs at least one attempt")
     base = config if config is not None else TurnConfig()
@@ -173,8 +173,7 @@ async def run_generation_turn(
         labels.append(attempt.label)
         notices.extend(result.notices)
         delivered += result.delivered_text
-        if deferred is None and result.deferred_notice is not None:
-            deferred = result.deferred_notice
+        deferred = result.deferred_notice  # each attempt clears an earlier one's (G2)
         if failure_of(result) == "destination_unavailable":
             log.warning("attempt %s: the channel refuses the send; no fallback", attempt.label)
         if last or not should_fall_back(result):
@@ -220,18 +219,19 @@ async def _delete_superseded(channel: TurnChannel) -> int | None:
 async def _final_notice(channel: TurnChannel, config: TurnConfig, outcome: GenerationResult,
                         deferred: NoticeKind | None) -> None:
     """One notice for the reply's outcome, at most (G2): when the chain failed and its last
-    attempt posted no error notice of its own, the deferred timeout notice (S12), else one
-    naming the failure's kind; or, when asked for, a line saying a fallback answered. A
-    dead destination gets none: there is nowhere to post it (G3)."""
+    attempt posted no error notice of its own, the one naming why that last attempt failed —
+    its deferred timeout notice (S12) when it timed out, else one naming the failure's kind;
+    or, when asked for, a line saying a fallback answered. A dead destination gets none:
+    there is nowhere to post it (G3)."""
     final = outcome.attempts[-1]
     if any(kind in ERROR_NOTICES for kind in final.notices):
         return
     notice: NoticeKind | None = None
     failure = failure_of(final)
     if failure is not None and failure != "destination_unavailable":  # the chain has ended
-        if deferred is not None:
+        if failure == "timeout":
             notice = deferred
-        elif failure != "timeout":
+        else:
             notice = NOTICE_BY_FAILURE.get(failure, "failed_other")
     elif final.status == "completed" and len(outcome.attempts) > 1 and config.announce_fallback:
         notice = "answered_by_fallback"
