@@ -159,3 +159,36 @@ async def test_a_turn_released_as_stale_says_so() -> None:
     result = await running
     assert result.status == "stopped_by_user"
     assert result.error == "the channel lock was released as stale"
+
+
+class _CountingTurn(Turn):
+    """Counts how often the lock's kill slots reach the turn."""
+
+    stops = 0
+
+    def request_stop(self, reason: str = "kill") -> None:
+        self.stops += 1
+        super().request_stop(reason)
+
+
+@pytest.mark.parametrize("at", [0.5, 1.5, 3.0])
+async def test_one_kill_calls_request_stop_once(at: float) -> None:
+    # covers S7, S16: during a pass the lock holds the pass's kill handle and the turn's;
+    # one /kill runs the turn's stop once (it ran twice: the two slots held one bound method
+    # each and `is not` never matched them), whether in the first-token wait, mid-stream
+    # or in a tool
+    scenario = parse_scenario({
+        "passes": [[{"at": 1, "text": "hm"}, {"at": 2, "tool_call": {"name": "t"}}]],
+        "tools": {"t": [{"after": 5, "success": True, "data": {}}]}})
+    locks = ChannelLockRegistry()
+    lock = locks.try_acquire("c", "o")
+    assert lock is not None
+    stash = ContextStash()
+    tools = ScriptedTools(scenario.tools, stash, {})
+    turn = _CountingTurn(provider=ScriptedProvider(scenario.passes), channel=InMemoryChannel(),
+                         locks=locks, lock=lock, tools=tools.registry, stash=stash)
+    running = asyncio.ensure_future(turn.run())
+    await asyncio.sleep(at)
+    assert locks.request_stop("c")
+    result = await running
+    assert result.status == "stopped_by_user" and turn.stops == 1

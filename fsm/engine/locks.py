@@ -156,7 +156,7 @@ class ChannelLockRegistry:
         stream_kill, turn_kill = lock.stream_kill, lock.turn_kill
         if stream_kill is not None:
             stream_kill("kill")
-        if turn_kill is not None and turn_kill is not stream_kill:
+        if turn_kill is not None and turn_kill != stream_kill:  # bound methods: equal, not same
             turn_kill("kill")
         return True
 

@@ -524,7 +524,7 @@ class Turn:
                       deadline=now + self.config.first_token_timeout_s,
                       chars_left=self.config.max_delivered_chars
                       - sum(len(p.text) for p in self._passes))
-        run.kill_handle = self.request_stop
+        run.kill_handle = run.abort.fire  # the pass's own slot: the turn's is request_stop
         self.locks.set_stream_kill(self.lock, run.kill_handle)
         self._run = run
         self._timeout_phase = "first_token"
