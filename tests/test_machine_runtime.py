@@ -62,8 +62,10 @@ async def test_a_turn_fires_triggers_without_joining_the_machine() -> None:
 
 
 async def test_transitions_create_no_tasks() -> None:
-    # covers issue 7 F2: the only tasks a turn creates are its workers (one per pass, one
-    # per tool run); the machine's guards and callbacks run on the driver's task
+    # covers issue 7 F2, S14: the only tasks a turn creates are its workers (one per pass,
+    # one per tool run), each with the keeper that holds it in the turn's task group (and
+    # bounds the wait for a worker ignoring cancellation); the machine's guards and
+    # callbacks run on the driver's task
     loop = asyncio.get_running_loop()
     created: list[str] = []
     default_factory = loop.get_task_factory()
@@ -85,7 +87,8 @@ async def test_transitions_create_no_tasks() -> None:
         loop.set_task_factory(default_factory)
     assert len(played.transitions) == 7
     workers = [name for name in created if name != "Turn.run"]
-    assert workers == ["stream_worker", "ToolRunner._worker", "stream_worker"]
+    assert workers == ["Workers._keep", "stream_worker", "Workers._keep", "ToolRunner._worker",
+                       "Workers._keep", "stream_worker"]
 
 
 async def test_a_cancellation_inside_a_trigger_is_not_swallowed() -> None:

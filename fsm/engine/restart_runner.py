@@ -31,7 +31,7 @@ from .provider import ToolCallRequest
 from .recording import InputRecorder
 from .restart import RestartRequest, resolve_item
 from .stash import ContextStash
-from .tasks import spawn
+from .tasks import Work
 from .tool_runner import Verdict
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ class RestartRunner:
         clock: Callable[[], float],
         locks: ChannelLockRegistry,
         lock: ChannelLock,
+        spawn: Callable[[Work, str], asyncio.Task[None]],
     ) -> None:
         self.recorder: InputRecorder | None = None
         """Where the reveal's look-ups are recorded, with their timing (the turn sets it)."""
@@ -60,11 +61,11 @@ class RestartRunner:
         self._mailbox = mailbox
         self._turn_id = turn_id
         self._clock = clock
+        self._spawn = spawn
         self._seq = itertools.count(1)
         self._no = 0
         self._lookups = LookupProgress()
         self._task: asyncio.Task[None] | None = None
-        self._abandoned: list[asyncio.Task[None]] = []
         self.pending: RestartRequest | None = None
         self.call: ToolCallRequest | None = None
         self.deadline: float | None = None
@@ -90,9 +91,8 @@ class RestartRunner:
             self.deadline = self._clock() + self._config.tool_timeout_s
             self._lookups = LookupProgress()
             source = TimedLookups(self._channel, self._clock(), self.recorder)
-            self._task = spawn(self._metadata_worker(self._no, self._lookups, context_items,
-                                                     source),
-                               f"{self._turn_id}-metadata")
+            work = self._metadata_worker(self._no, self._lookups, context_items, source)
+            self._task = self._spawn(work, f"{self._turn_id}-metadata")
             return None
         return ("restart", resolve_item(restart, stash))
 
@@ -106,8 +106,7 @@ class RestartRunner:
         the calls made counted (R6)."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            self._abandoned.append(task)
+            task.cancel()  # the turn's task group awaits it
         log.warning("turn %s: reactor look-ups timed out; revealing with what was found",
                     self._turn_id)
         found = self._lookups
@@ -145,12 +144,6 @@ class RestartRunner:
         self._task = None
         self.deadline = None
         self.started = False
-
-    def release(self) -> list[asyncio.Task[None]]:
-        """The turn ends: every look-up worker to cancel and wait for."""
-        tasks = [t for t in (self._task,) if t is not None] + self._abandoned
-        self._task = None
-        return tasks
 
 
 def without_stash_key(result: dict[str, Any]) -> dict[str, Any]:

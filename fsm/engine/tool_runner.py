@@ -27,7 +27,7 @@ from .provider import AbortSignal, ToolCallRequest
 from .recording import InputRecorder
 from .restart import parse_restart
 from .stash import ContextStash
-from .tasks import spawn
+from .tasks import Work
 from .tools import ToolContext, ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ class ToolRunner:
         recorder: InputRecorder | None,
         turn_id: str,
         clock: Callable[[], float],
+        spawn: Callable[[Work, str], asyncio.Task[None]],
     ) -> None:
         self._tools = tools
         self._config = config
@@ -68,6 +69,7 @@ class ToolRunner:
         self.recorder = recorder
         self._turn_id = turn_id
         self._clock = clock
+        self._spawn = spawn
         self._calls: deque[ToolCallRequest] = deque()
         self._seq = itertools.count(1)
         self._batches = itertools.count(1)
@@ -78,7 +80,6 @@ class ToolRunner:
         self.deadline: float | None = None
         self._task: asyncio.Task[None] | None = None
         self._abort: AbortSignal | None = None
-        self._abandoned: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------- the calls of a pass
 
@@ -137,7 +138,7 @@ class ToolRunner:
         self.deadline = pending.started_at + self._config.tool_timeout_s
         ctx = ToolContext(channel=channel, flags=flags, abort=abort, stash=stash,
                           turn_id=self._turn_id, context_items=context_items)
-        self._task = spawn(self._worker(pending, tool.run, args, ctx),
+        self._task = self._spawn(self._worker(pending, tool.run, args, ctx),
                            f"{self._turn_id}-tool-{pending.no}")
         return None
 
@@ -205,7 +206,7 @@ class ToolRunner:
 
     def timed_out(self, deadline: float) -> ToolResult:
         """The tool's own timeout: a failed result the model sees (T5); the worker is
-        cancelled and awaited at cleanup."""
+        cancelled, and the turn's task group awaits it."""
         current = self.current
         assert current is not None
         task, self._task = self._task, None
@@ -214,7 +215,6 @@ class ToolRunner:
             self._abort = None
         if task is not None:
             task.cancel()
-            self._abandoned.append(task)
         if self.recorder is not None:
             self.recorder.on_tool(current.call.name, deadline - current.started_at,
                                    {"hang": True})
@@ -235,13 +235,12 @@ class ToolRunner:
             self.recorder.on_tool(current.call.name, self._clock() - current.started_at,
                                    {"hang": True})
 
-    def release(self) -> list[asyncio.Task[None]]:
-        """The turn ends: abort the running tool and hand back every worker to wait for."""
+    def end(self) -> None:
+        """The turn ends: abort the running tool (the turn's task group cancels and awaits
+        its worker)."""
         self.abort("turn ended")
-        tasks = [t for t in (self._task,) if t is not None] + self._abandoned
         self._task = None
         self.deadline = None
-        return tasks
 
 
 def _recorded_outcome(result: ToolResult) -> dict[str, Any]:

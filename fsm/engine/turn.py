@@ -34,7 +34,7 @@ from .result import PassResult, TurnResult, TurnStatus
 from .stash import ContextStash
 from .stream_pass import stream_worker
 from .table import CRASH_SOURCES, STREAM_STATES, TERMINAL, State
-from .tasks import spawn
+from .tasks import Workers
 from .tool_runner import ToolRunner, Verdict
 from .tools import ToolRegistry, ToolResult
 
@@ -136,26 +136,34 @@ class Turn:
         """A call of this batch declared that its success ends the turn (T9)."""
         self._follow_up_required = False
         """A call of the last batch declared that the model must speak after it (T10)."""
+        self._workers = Workers(grace_s=self.config.settle_timeout_s or 1.0,
+                                on_crash=self._worker_crashed)
         self._tools = ToolRunner(tools=self.tools, config=self.config, locks=locks, lock=lock,
                                  mailbox=self.mailbox, recorder=recorder,
-                                 turn_id=self.turn_id, clock=self._now)
+                                 turn_id=self.turn_id, clock=self._now,
+                                 spawn=self._workers.spawn)
         self._restarts = RestartRunner(config=self.config, channel=channel,
                                        mailbox=self.mailbox, turn_id=self.turn_id,
-                                       clock=self._now, locks=locks, lock=lock)
+                                       clock=self._now, locks=locks, lock=lock,
+                                       spawn=self._workers.spawn)
         self._restarts.recorder = recorder
 
     # ----------------------------------------------------------------- public API
 
     async def run(self) -> TurnResult:
-        """Drive the turn to its terminal state; always cleans up, whatever happens."""
+        """Drive the turn to its terminal state; always cleans up, whatever happens. The
+        turn's task group owns every worker: when it closes, none is left running (S14)."""
         self._loop = asyncio.get_running_loop()
         self._t0 = self._logical = on_grid(self._loop.time())
         self.lock.turn_kill = self.request_stop
         self._channel_mark = len(_channel_delivered(self.channel) or "")
         try:
-            await self._drive()
+            await self._workers.own(self._drive)
         finally:
-            await self._cleanup()
+            self.locks.clear_stream_kill(self.lock)
+            if self.lock.turn_kill == self.request_stop:
+                self.lock.turn_kill = None
+            self.mailbox.clear()
         return self.result()
 
     def request_stop(self, reason: str = "kill") -> None:
@@ -248,16 +256,22 @@ class Turn:
     # ----------------------------------------------------------------- the driver
 
     async def _drive(self) -> None:
-        while self.state not in _TERMINAL_NAMES:
-            try:
-                await self._step()
-            except Exception as exc:
-                log.exception("turn %s: unexpected failure in %s", self.turn_id, self.state)
+        try:
+            while self.state not in _TERMINAL_NAMES:
                 try:
-                    await self._fail(exc)
-                except Exception:
-                    log.exception("turn %s: the crash transition failed too", self.turn_id)
-                    self._force_done()
+                    await self._step()
+                except Exception as exc:
+                    log.exception("turn %s: unexpected failure in %s", self.turn_id, self.state)
+                    try:
+                        await self._fail(exc)
+                    except Exception:
+                        log.exception("turn %s: the crash transition failed too", self.turn_id)
+                        self._force_done()
+        finally:
+            self._close()
+
+    def _worker_crashed(self, exc: BaseException) -> None:
+        self.mailbox.post(ev.WorkerCrashed(exc))
 
     async def _step(self) -> None:
         state = self.state
@@ -534,7 +548,8 @@ class Turn:
             self._notify("still_working")
         if self.recorder is not None:
             run.record_text = self.recorder.on_pass_start(pass_no)
-        run.worker = spawn(stream_worker(self, run), f"{self.turn_id}-pass-{pass_no}")
+        run.worker = self._workers.spawn(stream_worker(self, run),
+                                         f"{self.turn_id}-pass-{pass_no}")
 
     def on_first_token(self, _payload: Any = None) -> None:
         """From here a timeout is an idle timeout; the worker already re-armed the deadline
@@ -747,30 +762,16 @@ class Turn:
             log.warning("turn %s: the channel could not drop unsent text: %s",
                         self.turn_id, type(exc).__name__)
 
-    # ----------------------------------------------------------------- cleanup
+    # ----------------------------------------------------------------- the end
 
-    async def _cleanup(self) -> None:
-        """No worker, timer, kill handle or progress callback outlives the turn (S14), and a
-        pass cut short leaves no unsent text in the channel for a fallback to send (G1)."""
+    def _close(self) -> None:
+        """No timer, kill handle or progress callback outlives the turn (S14; the task group
+        then cancels and awaits the workers), and a pass cut short leaves no unsent text in
+        the channel for a fallback to send (G1)."""
         self._end_pass()
         if self._run is not None and not self._run.flushed:
             self._discard_unsent()
-        tasks = self._tools.release() + self._restarts.release()
-        if self._run is not None and self._run.worker is not None:
-            tasks.append(self._run.worker)
-        for task in tasks:
-            if not task.done():
-                task.cancel()
-        pending = [t for t in tasks if not t.done()]
-        if pending:
-            _, still = await asyncio.wait(pending, timeout=self.config.settle_timeout_s or 1.0)
-            for task in still:
-                log.warning("turn %s: worker %s ignores cancellation; abandoned",
-                            self.turn_id, task.get_name())
-        self.locks.clear_stream_kill(self.lock)
-        if self.lock.turn_kill == self.request_stop:
-            self.lock.turn_kill = None
-        self.mailbox.clear()
+        self._tools.end()
 
 
 def _channel_delivered(channel: TurnChannel) -> str | None:
