@@ -12,7 +12,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import fsm.engine.turn as turn_module
-from fsm.engine.machine import CALLBACK_BY_TRIGGER
 from fsm.engine.table import TABLE
 
 
@@ -53,7 +52,7 @@ class FastMachine:
             for source in edge.sources:
                 per_source.setdefault(source.value, []).append((
                     edge.dest.value if edge.dest is not None else None,
-                    edge.guards, edge.unless, CALLBACK_BY_TRIGGER[edge.trigger]))
+                    edge.guards, edge.unless, edge.callback))
         self.events = {name: _FastEvent(name, per) for name, per in rows.items()}
 
 

@@ -46,7 +46,7 @@ def check_invariants(played: Any) -> None:
     entries = [line for line in played.transitions if line["to"] in terminal]
     assert (len(entries) == 1 and played.transitions[-1] is entries[0]) or \
         played.transitions[-1] == entries[0]
-    run = turn._run
+    run = turn._passes.run
     if run is not None:
         assert run.worker is None or run.worker.done()
         assert run.abort.fired and run.deadline is None and run.kill_handle is None

@@ -31,12 +31,11 @@ from hypothesis import strategies as st
 from fsm.engine.config import TurnConfig
 from fsm.engine.details import details_suffix
 from fsm.engine.locks import ChannelLockRegistry
-from fsm.engine.machine import shared_machine
 from fsm.engine.prefill import TurnRequest
 from fsm.engine.result import TurnResult
 from fsm.engine.stash import ContextStash
 from fsm.engine.table import TERMINAL, edge_keys
-from fsm.engine.turn import Turn
+from fsm.engine.turn import Turn, shared_machine
 from fsm.journal import jsonable
 from fsm.review.replay import replay_difference
 from fsm.scenarios.format import parse_scenario
@@ -493,7 +492,7 @@ def _check_played(
 def landed_out_of(played: Played) -> str:
     """Text that landed after the last pass was aborted and is not in the result: visible in
     the channel, not in the delivered text a fallback continues from (S10)."""
-    run = played.turn._run
+    run = played.turn._passes.run
     transitions = played.transitions
     if run is None or (transitions and transitions[-1]["event"] == "settled"):
         return ""
@@ -734,7 +733,7 @@ async def finish(turn: Turn, task: asyncio.Task[TurnResult] | None = None,
 def check_handles_cleared(turn: Turn) -> None:
     """S14, D4 for a turn whose worker ignored cancellation and was abandoned: everything the
     engine owns is still cleared and the lock released."""
-    run = turn._run
+    run = turn._passes.run
     if run is not None:
         assert run.abort.fired and run.deadline is None and run.kill_handle is None
     assert turn._tools.deadline is None

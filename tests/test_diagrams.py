@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from transitions.extensions.diagrams import GraphMachine
 
-from fsm.engine.machine import CALLBACK_BY_TRIGGER, transition_specs
+from fsm.engine.machine import transition_specs
 from fsm.engine.table import STATES, TABLE, TERMINAL, edge_keys
 from fsm.review.diagram import (
     FADED,
@@ -245,7 +245,7 @@ def test_markdown_lists_every_row_with_guard_target_and_callback() -> None:
             dest = (edge.dest or source).value
             assert any(row.startswith(f"| {source.value} | `{edge.trigger}` |")
                        and f"| {dest}" in row and edge.does in row
-                       and f"`{CALLBACK_BY_TRIGGER[edge.trigger]}`" in row for row in rows), \
+                       and f"`{edge.callback}`" in row for row in rows), \
                 (edge.trigger, source)
     assert "../diagrams/turn.svg" in md and REFRESH_COMMAND in md
 

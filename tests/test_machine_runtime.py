@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from transitions.extensions.asyncio import AsyncMachine
 
-from fsm.engine.machine import SequentialAsyncMachine, shared_machine
-from fsm.engine.table import edge_keys
+from fsm.engine.machine import SequentialAsyncMachine, TableError, build_machine
+from fsm.engine.table import TABLE, edge_keys
+from fsm.engine.turn import Turn, shared_machine
 from fsm.scenarios.format import parse_scenario
 from fsm.scenarios.runner import play
 
@@ -123,3 +125,16 @@ async def test_a_cancellation_inside_a_trigger_is_not_swallowed() -> None:
             outcomes.append("cancelled")
     assert outcomes == ["returned False", "cancelled"]
     assert machine.async_tasks == {}
+
+
+@pytest.mark.parametrize("role", ["callback", "guard", "unless"])
+async def test_a_row_naming_a_method_the_driver_lacks_fails_at_build(role: str) -> None:
+    # covers the table's rule (docs/transitions.md): callback and guard names are checked
+    # when the machine is built, not first when the edge is taken
+    edge = TABLE[0]
+    bad = {"callback": replace(edge, callback="on_no_such_thing"),
+           "guard": replace(edge, guards=("no_such_guard",)),
+           "unless": replace(edge, unless=("no_such_guard",))}[role]
+    with pytest.raises(TableError, match="no_such"):
+        build_machine(Turn, (bad, *TABLE[1:]))
+    build_machine(Turn, TABLE)  # the declared table itself builds

@@ -770,9 +770,9 @@ class LiveTurn(RuleBasedStateMachine):
                 or (model.state == CR and model.looking_up)  # R6 look-ups, S6
             assert lock.watchdog_depth == int(busy), "S6: exempt exactly while a pass/tool runs"
             if model.state in (A, S):
-                assert turn._run is not None and turn._run.deadline == model.deadline
+                assert turn._passes.run is not None and turn._passes.run.deadline == model.deadline
             elif model.state == ST:
-                assert turn._settle_deadline == model.deadline
+                assert turn._passes.settle_deadline == model.deadline
             elif model.state == TC and model.tool is not None:
                 assert turn._tools.deadline == model.deadline
             elif model.state == CR:

@@ -204,8 +204,8 @@ async def test_unexpected_exception_ends_turn_error_and_cleans_up() -> None:
                                             {"at": 2, "raise": "boom"}]]})
     played = await play(scenario)
     assert played.result.status == "error" and "boom" in (played.result.error or "")
-    assert played.turn._run is not None and played.turn._run.abort.fired
-    assert played.turn._run.worker is not None and played.turn._run.worker.done()
+    assert played.turn._passes.run is not None and played.turn._passes.run.abort.fired
+    assert played.turn._passes.run.worker is not None and played.turn._passes.run.worker.done()
 
 
 async def test_timeout_returns_settled_text_usage_and_metric() -> None:
@@ -278,7 +278,7 @@ async def test_chunk_after_the_abort_neither_rearms_nor_touches_the_lock() -> No
             yield TextDelta("first")
             await asyncio.sleep(122)  # the idle timeout fires at 120 s
             yield TextDelta(" late")
-            run = turn._run  # resumed once the worker has handled the late chunk
+            run = turn._passes.run  # resumed once the worker has handled the late chunk
             assert run is not None
             seen["touch"], seen["deadline"] = turn.lock.last_touch, run.deadline
 

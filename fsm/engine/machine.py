@@ -10,44 +10,36 @@ memory, BENCHMARKS.md F3) for methods the driver never calls.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from functools import lru_cache
 from typing import Any
 
 from transitions.extensions.asyncio import AsyncMachine
 
-from .table import STATES, TABLE, State
-
-CALLBACK_BY_TRIGGER: dict[str, str] = {
-    "iteration_cap": "on_iteration_cap",
-    "begin": "on_begin",
-    "first_token": "on_first_token",
-    "first_token_timeout": "on_stream_timeout",
-    "idle_timeout": "on_stream_timeout",
-    "settled": "on_settled",
-    "settle_timeout": "on_settle_timeout",
-    "completed": "on_stream_end",
-    "empty": "on_stream_end",
-    "provider_error": "on_stream_end",
-    "delivery_cap": "on_delivery_cap",
-    "empty_after_text": "on_empty_after_text",
-    "tool_ended_turn": "on_tool_outcome",
-    "tool_call": "on_tool_call",
-    "follow_up": "on_follow_up",
-    "nameless_call": "on_nameless_call",
-    "tool_result": "on_tool_outcome",
-    "tool_timeout": "on_tool_outcome",
-    "restart_requested": "on_restart_requested",
-    "restart": "on_restart",
-    "kill": "on_kill",
-    "crash": "on_crash",
-}
-"""The model method each trigger runs after its transition: short and synchronous."""
+from .table import STATES, TABLE, Edge, State
 
 
-def transition_specs() -> list[dict[str, Any]]:
+class TableError(ValueError):
+    """A row of the table names a callback or guard the driver does not have."""
+
+
+def check_names(model: type, table: tuple[Edge, ...] = TABLE) -> None:
+    """Every callback and guard a row names is a method of `model`, the driver, so a typo in
+    the table fails when the machine is built, not when the edge is first taken."""
+    problems = [
+        f"{edge.trigger} from {edge.sources[0].value}: {role} {name!r}"
+        for edge in table
+        for role, names in (("callback", (edge.callback,)), ("guard", edge.guards),
+                            ("guard", edge.unless))
+        for name in names
+        if not callable(getattr(model, name, None))
+    ]
+    if problems:
+        raise TableError(f"{model.__name__} has no method for: " + "; ".join(problems))
+
+
+def transition_specs(table: tuple[Edge, ...] = TABLE) -> list[dict[str, Any]]:
     """The table in the form `transitions` takes."""
     specs: list[dict[str, Any]] = []
-    for edge in TABLE:
+    for edge in table:
         specs.append(
             {
                 "trigger": edge.trigger,
@@ -55,7 +47,7 @@ def transition_specs() -> list[dict[str, Any]]:
                 "dest": edge.dest.value if edge.dest is not None else None,
                 "conditions": list(edge.guards),
                 "unless": list(edge.unless),
-                "after": CALLBACK_BY_TRIGGER[edge.trigger],
+                "after": edge.callback,
             }
         )
     return specs
@@ -94,13 +86,14 @@ class SequentialAsyncMachine(AsyncMachine):
         """Nothing to cancel (see `process_context`)."""
 
 
-@lru_cache(maxsize=1)
-def shared_machine() -> AsyncMachine:
-    """The process-wide machine every turn fires its triggers on."""
+def build_machine(model: type, table: tuple[Edge, ...] = TABLE) -> AsyncMachine:
+    """The machine for `table`, its names checked against `model` first (`check_names`).
+    Turns are not added to it: each fires `machine.events[trigger].trigger(turn, payload)`."""
+    check_names(model, table)
     return SequentialAsyncMachine(
         model=None,
         states=[s.value for s in STATES],
-        transitions=transition_specs(),
+        transitions=transition_specs(table),
         initial=State.PREPARING.value,
         auto_transitions=False,
         send_event=False,

@@ -1,5 +1,6 @@
 """The restart half of the loop (R1-R10): the restart a tool asked for, resolving its item
-from either transport, and the message-metadata reveal's reactor look-ups under their budget.
+from either transport, the message-metadata reveal's reactor look-ups under their budget, and
+applying the enrichment to the conversation.
 
 Like the tool runner it never fires a trigger: the driver asks it what to fire. Its worker
 (the look-ups) posts to the driver's mailbox.
@@ -16,6 +17,7 @@ from typing import Any
 from .channel import TurnChannel
 from .clock import reading
 from .config import TurnConfig
+from .conversation import Conversation
 from .events import RestartReady, TurnEvent, WorkerCrashed
 from .locks import ChannelLock, ChannelLockRegistry
 from .mailbox import Mailbox
@@ -26,13 +28,15 @@ from .metadata import (
     annotate,
     fetch_reactors,
     neutralize,
+    tail_directive,
 )
 from .provider import ToolCallRequest
 from .recording import InputRecorder
-from .restart import RestartRequest, resolve_item
+from .restart import METADATA_TAIL_DIRECTIVE, RestartRequest, resolve_item
 from .stash import ContextStash
 from .tasks import Work
 from .tool_runner import Verdict
+from .tools import ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +74,27 @@ class RestartRunner:
         self.call: ToolCallRequest | None = None
         self.deadline: float | None = None
         self.started = False
+        self.context_items_added = 0
+        self.reactor_lookups = 0
 
     def busy(self) -> bool:
         """Reactor look-ups are still running (none may outlive the turn, S14)."""
         return self._task is not None and not self._task.done()
 
-    def requested(self, restart: RestartRequest, call: ToolCallRequest) -> None:
+    def requested(self, restart: RestartRequest, call: ToolCallRequest, result: ToolResult,
+                  pre_tool_text: str, conversation: Conversation) -> dict[str, Any] | None:
+        """Hold the restart until it is applied. Its call has no history entry (R1), so its
+        pre-tool text is named to the next passes instead (T7); with drafting on, the
+        review log keeps the call and its result (R10): the entry is returned."""
         self.pending = restart
         self.call = call
         self.started = False
+        if pre_tool_text:
+            conversation.turn_notices.append(already_sent_notice(pre_tool_text))
+        if not self._config.drafting:
+            return None
+        return {"call": call.name, "arguments": call.arguments,
+                "result": without_stash_key(result.for_model()), "pre_tool_text": pre_tool_text}
 
     def begin(self, context_items: list[dict[str, Any]], stash: ContextStash) -> Verdict | None:
         """Resolve the item (R2-R5), or start the reactor look-ups of a metadata reveal (R6).
@@ -137,7 +153,30 @@ class RestartRunner:
         # as in replay.
         self._mailbox.post(RestartReady(restart_no, (items, lookups)), source.answered_at)
 
-    def applied(self) -> None:
+    def apply(self, payload: Any, conversation: Conversation) -> dict[str, Any] | None:
+        """Apply the enrichment and set its flag (R6-R8); with drafting on, the review log's
+        continuation message is returned (R10)."""
+        restart = self.pending
+        assert restart is not None
+        if restart.kind == "message_metadata":
+            items, lookups = payload if isinstance(payload, tuple) else (None, 0)
+            self.reactor_lookups += lookups
+            if items is not None:
+                conversation.context_items = items
+            conversation.context_items.append(tail_directive(METADATA_TAIL_DIRECTIVE))
+            self.context_items_added += 1
+        elif payload is not None:
+            conversation.context_items.append(payload)
+            self.context_items_added += 1
+        if restart.enrichment is not None:
+            conversation.flags.disable(restart.enrichment)
+        call = self.call
+        self._applied()
+        if self._config.drafting and call is not None:
+            return {"continuation": f"[System: {call.name} added context; continue the reply.]"}
+        return None
+
+    def _applied(self) -> None:
         """The restart edge was taken: nothing of this restart stays."""
         self.pending = None
         self.call = None

@@ -1,5 +1,6 @@
-"""The tool half of the loop (T2-T7): the calls a pass asked for, the one running, its worker,
-timeout and abort.
+"""The tool half of the loop (T2-T7, T9): the calls a pass asked for, the one running, its
+worker, timeout and abort, and what the outcomes add up to (the error count, the loop policy
+of the batch, the calls a fallback may replay).
 
 The runner never fires a trigger: the driver asks it what to do next and fires what it is
 told (only the driver fires triggers). Its worker runs one tool under the lock's watchdog and
@@ -23,7 +24,7 @@ from .events import ToolFinished, TurnEvent
 from .flags import TurnFlags
 from .locks import ChannelLock, ChannelLockRegistry
 from .mailbox import Mailbox
-from .provider import AbortSignal, ToolCallRequest
+from .provider import AbortSignal, HistoryEntry, ToolCallRequest
 from .recording import InputRecorder
 from .restart import parse_restart
 from .stash import ContextStash
@@ -80,6 +81,15 @@ class ToolRunner:
         self.deadline: float | None = None
         self._task: asyncio.Task[None] | None = None
         self._abort: AbortSignal | None = None
+        self.consecutive_errors = 0
+        self.replayable_calls: list[dict[str, Any]] = []
+        """Successful ordinary calls, for a fallback to be told of (G1)."""
+        self._batch_text = ""
+        """The visible text of the pass whose tool calls run now (T9)."""
+        self._end_requested = False
+        """A call of this batch declared that its success ends the turn (T9)."""
+        self.follow_up_required = False
+        """A call of the last batch declared that the model must speak after it (T10)."""
 
     # ------------------------------------------------------------- the calls of a pass
 
@@ -89,6 +99,13 @@ class ToolRunner:
         self._calls = deque(calls)
         self.batch = f"{self._turn_id}:{next(self._batches)}"
         self._pre_tool_text = pre_tool_text if pre_tool_text.strip() else ""
+        self._batch_text = pre_tool_text
+        self._end_requested = False
+        self.follow_up_required = False
+
+    @property
+    def registry(self) -> ToolRegistry:
+        return self._tools
 
     def has_queued(self) -> bool:
         return bool(self._calls)
@@ -220,6 +237,69 @@ class ToolRunner:
                                    {"hang": True})
         return ToolResult.fail(
             f"{current.call.name} timed out after {self._config.tool_timeout_s:g} s")
+
+    # ------------------------------------------------------------- outcomes
+
+    def error_cap_reached(self, payload: Any) -> bool:
+        failed = isinstance(payload, ToolResult) and not payload.success
+        errors = self.consecutive_errors + 1 if failed else 0
+        return errors >= self._config.max_consecutive_tool_errors
+
+    def policy_ends_turn(self, payload: Any) -> bool:
+        """The last call of the batch is done and a call of it declared that its success
+        ends the turn: it delivered the reply itself, or visible text came before it (T9).
+        A failure reaching the error cap ends it as that error instead (T6)."""
+        if self.has_queued() or self.error_cap_reached(payload):
+            return False
+        return self._end_requested or self._ends_turn(payload)
+
+    def _ends_turn(self, payload: Any) -> bool:
+        current = self.current
+        if not isinstance(payload, ToolResult) or not payload.success or current is None:
+            return False
+        tool = self._tools.get(current.call.name)
+        policy = tool.loop if tool is not None else "next_pass"
+        return policy == "ends_turn" or (policy == "end_after_pre_tool_text"
+                                         and bool(self._batch_text.strip()))
+
+    def record(self, result: ToolResult, history: list[HistoryEntry]) -> None:
+        """Record the current call's outcome on the history and the error count (T5-T7)."""
+        self._end_requested = self._end_requested or self._ends_turn(result)
+        call = self.settle_current().call
+        tool = self._tools.get(call.name)
+        if result.success and tool is not None and tool.loop == "requires_follow_up":
+            self.follow_up_required = True
+        history.append(HistoryEntry(
+            tool_name=call.name,
+            arguments={} if call.truncated else call.arguments,  # never shown a call not made
+            result=result.for_model(),
+            call_id=call.id, pre_tool_text=self.take_pre_tool_text(),
+            success=result.success, batch=self.batch, reasoning=call.reasoning,
+        ))
+        if result.success:
+            self.consecutive_errors = 0
+            self.replayable_calls.append({"name": call.name, "arguments": call.arguments,
+                                          "result": result.for_model()})
+        else:
+            self.consecutive_errors += 1
+
+    def loop_ended(self) -> str | None:
+        """The loop ended the turn after a recorded outcome: the error that ended it at the
+        cap (T6), or None when a tool's loop policy ended it (T9)."""
+        if self.consecutive_errors >= self._config.max_consecutive_tool_errors:
+            return f"{self.consecutive_errors} consecutive tool failures"
+        return None
+
+    def reset_errors(self) -> None:
+        """A restart resets the tool-error count (R9)."""
+        self.consecutive_errors = 0
+
+    def take_restart_call(self) -> tuple[ToolCallRequest, str]:
+        """The current call asked for a restart: no call of its batch runs after it (R1);
+        its call and the text streamed before it."""
+        call = self.settle_current().call
+        self.drop_queued()
+        return call, self.take_pre_tool_text()
 
     # ------------------------------------------------------------- kill and cleanup
 

@@ -1,9 +1,12 @@
 """A turn: the driver task that alone fires the machine's triggers.
 
-Workers (the provider stream, a tool, a restart's look-ups) post events to the turn's
-mailbox; timers are deadlines the driver waits on; a kill sets a flag, aborts the workers and
-jumps the mailbox. Callbacks run by the machine are short and synchronous: anything that
-must be awaited (notices, look-ups) happens in the driver or a worker, never in a callback.
+The driver keeps the state, waits on the runners' deadlines and reads the mailbox. Workers
+(the provider stream, a tool, a restart's look-ups) belong to the runners beside it
+(`PassRunner`, `ToolRunner`, `RestartRunner`), which own their state and post events to the
+mailbox; what the turn reports is kept in its `TurnLedger`, what the next pass is built from
+in its `Conversation`. A kill sets a flag, aborts the workers and jumps the mailbox.
+Callbacks (named in the table's rows) are short and synchronous: anything that must be
+awaited (notices, look-ups) happens in the driver or a worker, never in a callback.
 """
 
 from __future__ import annotations
@@ -11,28 +14,28 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from functools import lru_cache
+from typing import Any, ClassVar, Protocol
+
+from transitions.extensions.asyncio import AsyncMachine
 
 from . import events as ev
-from .channel import Notice, NoticeKind, TurnChannel
-from .clock import on_grid
+from .channel import NoticeKind, TurnChannel
+from .clock import TurnClock, on_grid
 from .config import TurnConfig
-from .details import details_suffix
-from .failures import turn_failure
-from .flags import TurnFlags
+from .conversation import Conversation
+from .ledger import TurnLedger, channel_delivered
 from .locks import ChannelLock, ChannelLockRegistry
-from .machine import shared_machine
+from .machine import build_machine
 from .mailbox import Mailbox
-from .metadata import tail_directive
-from .pass_run import PassRun
-from .prefill import TurnRequest, build_pass_request
-from .provider import CUT_OFF_FINISHES, AbortSignal, HistoryEntry, PassRequest, Provider
+from .pass_runner import PassRunner
+from .prefill import TurnRequest
+from .provider import CUT_OFF_FINISHES, PassRequest, Provider
 from .recording import InputRecorder
-from .restart import METADATA_TAIL_DIRECTIVE, RestartRequest
-from .restart_runner import RestartRunner, already_sent_notice, without_stash_key
+from .restart_runner import RestartRunner
 from .result import PassResult, TurnResult, TurnStatus
 from .stash import ContextStash
-from .stream_pass import stream_worker
 from .table import CRASH_SOURCES, STREAM_STATES, TERMINAL, State
 from .tasks import Workers
 from .tool_runner import ToolRunner, Verdict
@@ -48,6 +51,14 @@ _turn_ids = itertools.count(1)
 _STATUS_BY_OUTCOME: dict[str, TurnStatus] = {
     "completed": "completed", "empty": "empty_response", "provider_error": "error",
 }
+_DEADLINE_TRIGGERS: dict[str, str] = {
+    State.AWAITING_FIRST_TOKEN.value: "first_token_timeout",
+    State.STREAMING.value: "idle_timeout",
+    State.SETTLING.value: "settle_timeout",
+    State.TOOL_CALL.value: "tool_timeout",
+    State.CONTEXT_RESTART.value: "restart",
+}
+"""What the clock reaching the deadline of a state fires."""
 
 
 class TurnObserver(Protocol):
@@ -60,6 +71,8 @@ class Turn:
     """One bot reply in one channel, from Preparing to exactly one terminal state."""
 
     state: str
+    _EVENTS: ClassVar[dict[type, Callable[[Turn, Any], Awaitable[None]]]]
+    """What the driver does with each kind of mailbox event (filled in below the class)."""
 
     def __init__(
         self,
@@ -77,86 +90,39 @@ class Turn:
         turn_id: str | None = None,
     ) -> None:
         self.turn_id = turn_id or f"turn-{next(_turn_ids)}"
-        self.provider = provider
         self.channel = channel
         self.locks = locks
         self.lock = lock
-        self.request = request if request is not None else TurnRequest()
-        self.tools = tools if tools is not None else ToolRegistry()
         self.config = config if config is not None else TurnConfig()
         self.stash = stash if stash is not None else ContextStash(
             ttl_s=self.config.stash_ttl_s, max_items=self.config.stash_max_items,
             max_bytes=self.config.stash_max_bytes,
         )
         self.observer = observer
-        self._recorder = recorder
         self.mailbox: Mailbox[ev.TurnEvent] = Mailbox()
-
-        self.flags = TurnFlags()
-        self.context_items: list[dict[str, Any]] = list(self.request.context_items)
-        self.function_history: list[HistoryEntry] = list(self.request.function_history)
-        self.replayable_calls: list[dict[str, Any]] = []
-        self.review_log: list[dict[str, Any]] = []
-        self.turn_notices: list[str] = []
-        self.consecutive_tool_errors = 0
-        self.context_items_added = 0
-        self.reactor_lookups = 0
-        self.notices: list[str] = []
-        self.deferred_notice: NoticeKind | None = None
-        self.metrics: list[dict[str, Any]] = []
-        self.status: TurnStatus | None = None
-        self.error: str | None = None
-        self.follow_up_queued = False
-        self.stop_requested = False
-        self.stop_requested_at: float | None = None
-        """Seconds into the turn a stop was asked for: where kill latency counts from."""
-        self.transitions: list[dict[str, Any]] = []
-        self.internal_transitions: list[dict[str, Any]] = []
         self.state = State.PREPARING.value
-
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._t0 = 0.0
-        self._logical = 0.0
-        """The driver's clock: when the input it is acting on arrived (journal replay)."""
-        self._stop_at = 0.0
-        self._event_time: float | None = None
-        self._outbox: list[Notice] = []
-        self._passes: list[PassResult] = []
-        self._run: PassRun | None = None
-        self._final_text = ""
-        self._delivered: list[str] = []
-        self._channel_mark = 0
-        self._settle_deadline: float | None = None
-        self._timeout_phase = "first_token"
-        self._still_working_sent = False
-        self._crash: BaseException | None = None
-        self._batch_text = ""
-        """The visible text of the pass whose tool calls run now (T9)."""
-        self._end_requested = False
-        """A call of this batch declared that its success ends the turn (T9)."""
-        self._follow_up_required = False
-        """A call of the last batch declared that the model must speak after it (T10)."""
-        self._workers = Workers(grace_s=self.config.settle_timeout_s or 1.0,
-                                on_crash=self._worker_crashed)
-        self._tools = ToolRunner(tools=self.tools, config=self.config, locks=locks, lock=lock,
-                                 mailbox=self.mailbox, recorder=recorder,
-                                 turn_id=self.turn_id, clock=self._now,
-                                 spawn=self._workers.spawn)
-        self._restarts = RestartRunner(config=self.config, channel=channel,
-                                       mailbox=self.mailbox, turn_id=self.turn_id,
-                                       clock=self._now, locks=locks, lock=lock,
-                                       spawn=self._workers.spawn)
-        self._restarts.recorder = recorder
+        self.ledger = TurnLedger()
+        self.conversation = Conversation.of(request if request is not None else TurnRequest())
+        self._clock = TurnClock()
+        workers = self._workers = Workers(grace_s=self.config.settle_timeout_s or 1.0,
+                                          on_crash=self._worker_crashed)
+        runner: dict[str, Any] = {"config": self.config, "locks": locks, "lock": lock,
+                                  "mailbox": self.mailbox, "turn_id": self.turn_id,
+                                  "spawn": workers.spawn}
+        self._passes = PassRunner(provider=provider, channel=channel, **runner)
+        self._tools = ToolRunner(tools=tools if tools is not None else ToolRegistry(),
+                                 recorder=None, clock=self._now, **runner)
+        self._restarts = RestartRunner(channel=channel, clock=self._now, **runner)
+        self._passes.recorder = self._tools.recorder = self._restarts.recorder = recorder
 
     # ----------------------------------------------------------------- public API
 
     async def run(self) -> TurnResult:
         """Drive the turn to its terminal state; always cleans up, whatever happens. The
         turn's task group owns every worker: when it closes, none is left running (S14)."""
-        self._loop = asyncio.get_running_loop()
-        self._t0 = self._logical = on_grid(self._loop.time())
+        self._clock.start()
         self.lock.turn_kill = self.request_stop
-        self._channel_mark = len(_channel_delivered(self.channel) or "")
+        self.ledger.channel_mark = len(channel_delivered(self.channel) or "")
         try:
             await self._workers.own(self._drive)
         finally:
@@ -170,88 +136,72 @@ class Turn:
         """`/kill`: honoured at once in every non-terminal state (S7, S16)."""
         if self.stop_requested or self.state in _TERMINAL_NAMES:
             return
-        self.stop_requested = True
-        self.stop_requested_at = self.elapsed
+        self.ledger.stop_requested_at = self.elapsed
         if reason == "stale_lock":  # the sweeper gave up on the turn: not the user's /kill
-            self.error = "the channel lock was released as stale"
-        self._stop_at = self._arrival()
-        if self.recorder is not None and self._loop is not None:
-            self.recorder.on_event(self._stop_at - self._t0, {"kill": True})
-        run = self._run
-        if run is not None:
-            run.abort.fire("kill")
+            self.ledger.error = "the channel lock was released as stale"
+        clock = self._clock
+        clock.stop_at = clock.arrival()
+        if self.recorder is not None and clock.started:
+            self.recorder.on_event(clock.stop_at - clock.t0, {"kill": True})
+        self._passes.abort("kill")
         self._tools.abort("kill")
-        self.mailbox.post_urgent(ev.Kill(reason), self._stop_at)
+        self.mailbox.post_urgent(ev.Kill(reason), clock.stop_at)
 
     def notify_follow_up(self) -> None:
         """A new message from the same user arrived in the channel (S17, T3)."""
         if self.state in _TERMINAL_NAMES:
             return
-        at = self._arrival()
-        if self.recorder is not None and self._loop is not None:
-            self.recorder.on_event(at - self._t0, {"follow_up": True})
+        at = self._clock.arrival()
+        if self.recorder is not None and self._clock.started:
+            self.recorder.on_event(at - self._clock.t0, {"follow_up": True})
         self.mailbox.post(ev.FollowUp(), at)
-
-    def _arrival(self) -> float:
-        """An outside input's arrival on the engine's clock (the grid of `clock.on_grid`)."""
-        return on_grid(self._loop.time()) if self._loop is not None else self._t0
 
     @property
     def recorder(self) -> InputRecorder | None:
         """What records this turn's inputs; may be attached after construction (a
-        generation turn attaches one per attempt), so the tool runner follows it."""
-        return self._recorder
+        generation turn attaches one per attempt), so the runners follow it."""
+        return self._passes.recorder
 
     @recorder.setter
     def recorder(self, value: InputRecorder | None) -> None:
-        self._recorder = value
-        self._tools.recorder = value
-        self._restarts.recorder = value
+        self._passes.recorder = self._tools.recorder = self._restarts.recorder = value
+
+    provider = property(lambda self: self._passes.provider, doc="The model this turn calls.")
+    tools = property(lambda self: self._tools.registry, doc="The tools the model may call.")
+    request = property(lambda self: self.conversation.request)
+    flags = property(lambda self: self.conversation.flags)
+    function_history = property(lambda self: self.conversation.function_history)
+    replayable_calls = property(lambda self: self._tools.replayable_calls)
+    transitions = property(lambda self: self.ledger.transitions)
+    internal_transitions = property(lambda self: self.ledger.internal_transitions)
+    status = property(lambda self: self.ledger.status)
+    error = property(lambda self: self.ledger.error)
+    metrics = property(lambda self: self.ledger.metrics)
+    follow_up_queued = property(lambda self: self.ledger.follow_up_queued)
+    stop_requested_at = property(lambda self: self.ledger.stop_requested_at,
+                                 doc="Seconds into the turn a stop was asked for.")
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.ledger.stop_requested_at is not None
 
     @property
     def pass_results(self) -> tuple[PassResult, ...]:
         """The passes so far; a pass's result is final once the pass has ended (what an
         observer reads at the transition that ends it)."""
-        return tuple(self._passes)
+        return tuple(self.ledger.passes)
 
-    @property
-    def elapsed(self) -> float:
-        return (self._loop.time() if self._loop else 0.0) - self._t0
+    elapsed = property(lambda self: self._clock.elapsed, doc="Seconds since the turn began.")
 
     def result(self) -> TurnResult:
-        status: TurnStatus = self.status or "error"
-        last_error = self._passes[-1].error if self._passes else None
-        return TurnResult(
-            status=status,
-            state=self.state,
-            text=self._final_text + details_suffix([p.details for p in self._passes]),
-            passes=list(self._passes),
-            consecutive_tool_errors=self.consecutive_tool_errors,
-            flags=self.flags.as_dict(),
-            function_history=[entry.tool_name for entry in self.function_history],
-            context_items_added=self.context_items_added,
-            stash_items=self.stash.live_count(),
-            reactor_lookups=self.reactor_lookups,
-            notices=list(self.notices),
-            deferred_notice=self.deferred_notice,
-            metrics=list(self.metrics),
-            delivered_text=self._delivered_text(),
-            error=self.error,
-            thoughts={"owner": self.request.owner,
-                      "log": [p.reasoning for p in self._passes if p.reasoning]},
-            review_log=list(self.review_log),
-            follow_up_queued=self.follow_up_queued,
-            failure=turn_failure(status, last_error, self._crash),
-        )
-
-    def _delivered_text(self) -> str:
-        """What reached the channel during this turn: the channel's own account when it
-        keeps one (a Discord channel buffers, so accepting a chunk is not sending it),
-        else the text every pass handed over (D2, G1)."""
-        sent = _channel_delivered(self.channel)
-        if sent is not None:
-            return sent[self._channel_mark:]
-        return "".join(self._delivered)
+        conversation, restarts = self.conversation, self._restarts
+        return self.ledger.result(
+            self.state, self.channel, owner=conversation.request.owner,
+            flags=conversation.flags.as_dict(),
+            function_history=[entry.tool_name for entry in conversation.function_history],
+            consecutive_tool_errors=self._tools.consecutive_errors,
+            context_items_added=restarts.context_items_added,
+            reactor_lookups=restarts.reactor_lookups, stash_items=self.stash.live_count())
 
     # ----------------------------------------------------------------- the driver
 
@@ -268,44 +218,33 @@ class Turn:
                         log.exception("turn %s: the crash transition failed too", self.turn_id)
                         self._force_done()
         finally:
-            self._close()
-
-    def _worker_crashed(self, exc: BaseException) -> None:
-        self.mailbox.post(ev.WorkerCrashed(exc))
+            self._passes.finish()  # the task group then cancels and awaits the workers
+            self._tools.end()
 
     async def _step(self) -> None:
-        state = self.state
+        state, clock = self.state, self._clock
         if self.stop_requested:
-            if self.mailbox.arrived_before(self._stop_at):
+            if self.mailbox.arrived_before(clock.stop_at):
                 # What arrived before the kill happened before it (a chunk in the same
                 # read as the one the user reacted to): handled first, as in replay.
                 earlier = self.mailbox.take_earliest()
-                self._logical = self.mailbox.received_at
+                clock.logical = self.mailbox.received_at
                 await self._on_event(earlier)
                 return
-            self._logical = max(self._logical, self._stop_at)
+            clock.logical = max(clock.logical, clock.stop_at)
             await self._fire("kill", ev.Kill("stop requested"))
             return
         if state == State.PREPARING.value:
-            if self.lock.stop_requested:
-                if self.recorder is not None:  # asked for before this turn began
-                    self.recorder.on_event(self._logical - self._t0,
-                                           {"kill": True, "before_start": True})
-                await self._fire("kill", ev.Kill("stop requested on the channel"))
-            elif len(self._passes) >= self.config.max_iterations:
-                await self._fire("iteration_cap")
-            elif await self._fire("begin", self._prepare_request()):
-                # Let the pass's worker call the provider before the mailbox is read again:
-                # a pass that began has asked the model, even when a kill or follow-up is
-                # already waiting at the same instant (S3, S17).
-                await asyncio.sleep(0)
+            await self._prepare()
             return
         if state == State.TOOL_CALL.value and self._tools.current is None:
-            await self._fire_verdict(self._tools.dispatch(self.channel, self.flags, self.stash,
-                                                          self.context_items))
+            conversation = self.conversation
+            await self._fire_verdict(self._tools.dispatch(
+                self.channel, conversation.flags, self.stash, conversation.context_items))
             return
         if state == State.CONTEXT_RESTART.value and not self._restarts.started:
-            await self._fire_verdict(self._restarts.begin(self.context_items, self.stash))
+            await self._fire_verdict(self._restarts.begin(self.conversation.context_items,
+                                                          self.stash))
             return
         deadline = self._deadline()
         event = await self.mailbox.get(deadline)
@@ -318,12 +257,33 @@ class Turn:
         if event is None:
             await self._on_deadline(deadline)
         else:
-            self._logical = arrived
+            clock.logical = arrived
             await self._on_event(event)
+
+    async def _prepare(self) -> None:
+        if self.lock.stop_requested:
+            if self.recorder is not None:  # asked for before this turn began
+                self.recorder.on_event(self._clock.logical - self._clock.t0,
+                                       {"kill": True, "before_start": True})
+            await self._fire("kill", ev.Kill("stop requested on the channel"))
+        elif len(self.ledger.passes) >= self.config.max_iterations:
+            await self._fire("iteration_cap")
+        elif await self._fire("begin", self._next_request()):
+            # Let the pass's worker call the provider before the mailbox is read again:
+            # a pass that began has asked the model, even when a kill or follow-up is
+            # already waiting at the same instant (S3, S17).
+            await asyncio.sleep(0)
+
+    def _next_request(self) -> PassRequest:
+        """Preparing's work: the next pass's request, with the tools the flags allow (S1,
+        S2, R8). Done before `begin` so a failure here is a crash from Preparing."""
+        conversation = self.conversation
+        return conversation.next_request(self.tools.schemas(conversation.flags),
+                                         len(self.ledger.passes) + 1)
 
     async def _fail(self, exc: BaseException) -> None:
         """An unexpected exception ends the turn Done/error; cleanup still runs (S15)."""
-        self.error = f"{type(exc).__name__}: {exc}"
+        self.ledger.error = f"{type(exc).__name__}: {exc}"
         if self.state in _TERMINAL_NAMES:
             return
         if self.state in CRASH_SOURCES:
@@ -337,17 +297,17 @@ class Turn:
         terminal state, journaled as a crash."""
         if self.state in _TERMINAL_NAMES:
             return
-        self.status = "error"
+        self.ledger.status = "error"
         self._record(self.elapsed, "crash", self.state, State.DONE.value)
         self.state = State.DONE.value
 
+    def _worker_crashed(self, exc: BaseException) -> None:
+        self.mailbox.post(ev.WorkerCrashed(exc))
+
     def _deadline(self) -> float | None:
         state = self.state
-        if state in _STREAM_STATES:
-            run = self._run
-            return run.deadline if run is not None else None
-        if state == State.SETTLING.value:
-            return self._settle_deadline
+        if state in _PASS_STATES:
+            return self._passes.deadline
         if state == State.TOOL_CALL.value:
             return self._tools.deadline
         if state == State.CONTEXT_RESTART.value:
@@ -367,52 +327,33 @@ class Turn:
     async def _fire(self, trigger: str, payload: Any = None, at: float | None = None) -> bool:
         """Fire `trigger`, journal the transition, then do the awaited follow-up work."""
         source = self.state
-        self._event_time = at
-        machine = shared_machine()
         try:
-            taken = bool(await machine.events[trigger].trigger(self, payload))
+            taken = bool(await shared_machine().events[trigger].trigger(self, payload))
         except Exception:
             if self.state != source:  # a callback failed after the state changed
-                t = (at if at is not None else self._now()) - self._t0
-                self._record(t, trigger, source, self.state)
+                self._record((at if at is not None else self._now()) - self._clock.t0,
+                             trigger, source, self.state)
             raise
         dest = self.state
         if not taken:
             return False
-        t = (at if at is not None else self._now()) - self._t0
+        t = (at if at is not None else self._now()) - self._clock.t0
         if dest == source:
-            self.internal_transitions.append({"t": round(t, 6), "event": trigger,
-                                              "state": source})
+            self.ledger.record_internal(t, trigger, source)
         else:
             self._record(t, trigger, source, dest)
             if source in _PASS_STATES and dest not in _PASS_STATES:
-                self._end_pass()
-        await self._flush_outbox()
+                self._passes.end()
+        await self.ledger.post_notices(self.channel, self.turn_id)
         return taken
 
     def _now(self) -> float:
-        """The driver's clock: the arrival of the input being handled (or the deadline
-        that fired), never the moment the driver got to it — so a transition's time, a
-        pass's start and a tool's budget are the same when the journal replays."""
-        assert self._loop is not None
-        return self._logical
+        return self._clock.now()
 
     def _record(self, t: float, trigger: str, source: str, dest: str) -> None:
-        t = round(t, 6)
-        self.transitions.append({"t": t, "event": trigger, "from": source, "to": dest})
+        t = self.ledger.record(t, trigger, source, dest)
         if self.observer is not None:
             self.observer.on_transition(self, t, trigger, source, dest)
-
-    async def _flush_outbox(self) -> None:
-        while self._outbox:
-            notice = self._outbox.pop(0)
-            try:
-                await self.channel.post_notice(notice)
-            except Exception as exc:
-                log.warning("turn %s: notice %s could not be posted: %s",
-                            self.turn_id, notice.kind, type(exc).__name__)
-                continue
-            self.notices.append(notice.kind)
 
     async def _on_deadline(self, waited: float | None) -> None:
         """The clock reached `waited`. Compared with the deadline waited for, not with the
@@ -420,51 +361,42 @@ class Turn:
         deadline = self._deadline()
         if deadline is None or waited is None or deadline > waited:
             return  # the rolling deadline moved on: wait again (S5)
-        deadline = self._logical = on_grid(deadline)
-        state = self.state
-        if state == State.AWAITING_FIRST_TOKEN.value:
-            await self._fire("first_token_timeout", at=deadline)
-        elif state == State.STREAMING.value:
-            await self._fire("idle_timeout", at=deadline)
-        elif state == State.SETTLING.value:
-            await self._fire("settle_timeout", at=deadline)
-        elif state == State.TOOL_CALL.value:
-            await self._fire("tool_timeout", self._tools.timed_out(deadline), at=deadline)
-        elif state == State.CONTEXT_RESTART.value:
-            await self._fire("restart", self._restarts.timed_out(self.context_items),
-                             at=deadline)
+        deadline = self._clock.logical = on_grid(deadline)
+        trigger = _DEADLINE_TRIGGERS[self.state]
+        payload: Any = None
+        if trigger == "tool_timeout":
+            payload = self._tools.timed_out(deadline)
+        elif trigger == "restart":
+            payload = self._restarts.timed_out(self.conversation.context_items)
+        await self._fire(trigger, payload, at=deadline)
 
     async def _on_event(self, event: ev.TurnEvent) -> None:
-        run = self._run
-        if isinstance(event, ev.Kill):
-            await self._fire("kill", event)
-        elif isinstance(event, ev.FollowUp):
-            await self._fire("follow_up", event)
-        elif isinstance(event, ev.FirstToken):
-            if run is not None and event.pass_no == run.no and self.state == "AwaitingFirstToken":
-                await self._fire("first_token", event)
-        elif isinstance(event, (ev.StreamEnded, ev.StreamCrashed)) and run is not None \
-                and event.pass_no == run.no and self.state == "Settling":
+        await self._EVENTS[type(event)](self, event)
+
+    async def _on_stream_event(self, event: ev.StreamEnded | ev.StreamCrashed) -> None:
+        if not self._passes.is_current(event.pass_no):
+            return
+        if self.state == State.SETTLING.value:
             await self._fire("settled", event)  # it ended as its timer fired: it has settled
-        elif isinstance(event, ev.StreamEnded):
-            if run is not None and event.pass_no == run.no and self.state in _STREAM_STATES:
-                if event.outcome == "empty" and await self._fire("empty_after_text", event):
-                    return
-                await self._fire(event.outcome, event)
+        elif self.state not in _STREAM_STATES:
+            return
         elif isinstance(event, ev.StreamCrashed):
-            if run is not None and event.pass_no == run.no and self.state in _STREAM_STATES:
-                self.error = f"{type(event.error).__name__}: {event.error}"
-                await self._fire("crash", event)
-        elif isinstance(event, ev.StreamSettled):
-            if run is not None and event.pass_no == run.no and self.state == "Settling":
-                await self._fire("settled", event)
-        elif isinstance(event, ev.ToolFinished):
-            await self._fire_verdict(self._tools.finished(event))
-        elif isinstance(event, ev.RestartReady):
-            if self._restarts.ready(event) and self.state == "ContextRestart":
-                await self._fire("restart", event.payload)
-        elif isinstance(event, ev.WorkerCrashed):
-            await self._fail(event.error)
+            self.ledger.error = f"{type(event.error).__name__}: {event.error}"
+            await self._fire("crash", event)
+        elif event.outcome != "empty" or not await self._fire("empty_after_text", event):
+            await self._fire(event.outcome, event)
+
+    async def _on_first_token_event(self, event: ev.FirstToken) -> None:
+        if self._passes.is_current(event.pass_no) and self.state == "AwaitingFirstToken":
+            await self._fire("first_token", event)
+
+    async def _on_settled_event(self, event: ev.StreamSettled) -> None:
+        if self._passes.is_current(event.pass_no) and self.state == "Settling":
+            await self._fire("settled", event)
+
+    async def _on_restart_ready(self, event: ev.RestartReady) -> None:
+        if self._restarts.ready(event) and self.state == "ContextRestart":
+            await self._fire("restart", event.payload)
 
     # ----------------------------------------------------------------- guards
 
@@ -479,302 +411,163 @@ class Turn:
         return self._tools.has_queued()
 
     def error_cap_reached(self, payload: Any = None) -> bool:
-        failed = isinstance(payload, ToolResult) and not payload.success
-        errors = self.consecutive_tool_errors + 1 if failed else 0
-        return errors >= self.config.max_consecutive_tool_errors
+        return self._tools.error_cap_reached(payload)
+
+    def tool_policy_ends_turn(self, payload: Any = None) -> bool:
+        return self._tools.policy_ends_turn(payload)
 
     def delivered_text_stands(self, _payload: Any = None) -> bool:
         """An empty pass after a tool, in a turn that already delivered text, completes
         with that text, unless the tool required the model to speak after it or a limit
         cut the pass off (a model that spent its budget thinking has not answered, T10)."""
-        run = self._run
+        run = self._passes.run
         if run is not None and run.finish in CUT_OFF_FINISHES:
             return False
-        return (len(self._passes) > 1 and not self._follow_up_required
-                and bool(self._delivered_text().strip()))
-
-    def tool_policy_ends_turn(self, payload: Any = None) -> bool:
-        """The last call of the batch is done and a call of it declared that its success
-        ends the turn: it delivered the reply itself, or visible text came before it (T9).
-        A failure reaching the error cap ends it as that error instead (T6)."""
-        if self.calls_pending() or self.error_cap_reached(payload):
-            return False
-        return self._end_requested or self._ends_turn(payload)
-
-    def _ends_turn(self, payload: Any) -> bool:
-        current = self._tools.current
-        if not isinstance(payload, ToolResult) or not payload.success or current is None:
-            return False
-        tool = self.tools.get(current.call.name)
-        policy = tool.loop if tool is not None else "next_pass"
-        return policy == "ends_turn" or (policy == "end_after_pre_tool_text"
-                                         and bool(self._batch_text.strip()))
-
-    def _notify(self, kind: NoticeKind) -> None:
-        """Queue a user-facing notice; with user errors off none is posted (G2)."""
-        if self.config.surface_user_errors:
-            self._outbox.append(Notice.of(kind))
+        return (len(self.ledger.passes) > 1 and not self._tools.follow_up_required
+                and bool(self.ledger.delivered_text(self.channel).strip()))
 
     # ----------------------------------------------------------------- callbacks
-
-    def on_iteration_cap(self, _payload: Any = None) -> None:
-        self.status = "timeout"
-        self._notify("max_iterations")
-
-    def _prepare_request(self) -> PassRequest:
-        """Preparing's work: the next pass's request, with the tools the flags allow (S1,
-        S2, R8). Done before `begin` so a failure here is a crash from Preparing."""
-        return build_pass_request(self.request, self.context_items, self.function_history,
-                                  self.tools.schemas(self.flags), len(self._passes) + 1,
-                                  self.turn_notices)
+    # Each is named in its rows of the table, whose `does` says what it does and why.
 
     def on_begin(self, payload: Any = None) -> None:
-        """Start the stream under its own abort and kill handle (S3, S4, S7)."""
         assert isinstance(payload, PassRequest)
-        request = payload
-        now = self._now()
-        pass_no = request.pass_index
-        run = PassRun(no=pass_no, request=request, abort=AbortSignal(), started_at=now,
-                      deadline=now + self.config.first_token_timeout_s,
-                      chars_left=self.config.max_delivered_chars
-                      - sum(len(p.text) for p in self._passes))
-        run.kill_handle = run.abort.fire  # the pass's own slot: the turn's is request_stop
-        self.locks.set_stream_kill(self.lock, run.kill_handle)
-        self._run = run
-        self._timeout_phase = "first_token"
-        self._passes.append(PassResult(index=pass_no, status="function_call"))
-        if pass_no - 1 == self.config.soft_warn_iteration and not self._still_working_sent:
-            self._still_working_sent = True  # iteration index 20: before the 21st call (T1)
-            self._notify("still_working")
-        if self.recorder is not None:
-            run.record_text = self.recorder.on_pass_start(pass_no)
-        run.worker = self._workers.spawn(stream_worker(self, run),
-                                         f"{self.turn_id}-pass-{pass_no}")
+        chars_left = self.ledger.begin_pass(payload.pass_index, self.config)
+        self._passes.begin(payload, self._now(), chars_left)
 
     def on_first_token(self, _payload: Any = None) -> None:
-        """From here a timeout is an idle timeout; the worker already re-armed the deadline
-        with the idle budget when the chunk arrived (S5)."""
-        self._timeout_phase = "idle"
+        self._passes.first_token()
 
     def on_stream_timeout(self, _payload: Any = None) -> None:
-        """A genuine timeout aborts the stream and starts the bounded settle wait (S10);
-        with a stop pending the turn is already Stopped (S9)."""
-        run = self._run
-        assert run is not None
-        if self.state == State.STOPPED.value:
-            self._stop(include_landed=False)
-            return
-        at = self._event_time if self._event_time is not None else self._now()
-        run.aborted_at = at
-        run.abort.fire("timeout")
-        run.deadline = None
-        self._settle_deadline = at + self.config.settle_timeout_s
+        if self.state == State.STOPPED.value:  # a stop was pending (S9)
+            self._end("stopped_by_user")
+        else:
+            self._passes.timed_out(self._now())  # the deadline's instant (`_on_deadline`)
 
     def on_settled(self, _payload: Any = None) -> None:
-        self._finish_timeout(include_landed=True)
+        self.ledger.timeout(self._passes.timeout_phase, self.config)
+        self._end("timeout", include_landed=True)
 
     def on_settle_timeout(self, _payload: Any = None) -> None:
-        run = self._run
-        if self.recorder is not None and run is not None:
-            self.recorder.on_stall(run.no, 2 * self.config.settle_timeout_s + 1.0)
-        self._finish_timeout(include_landed=False)
-
-    def _finish_timeout(self, include_landed: bool) -> None:
-        """Metric, then the phase-aware notice, posted or deferred (S11-S13)."""
-        phase = self._timeout_phase
-        self.metrics.append({"name": "stream_sdk_timeout", "phase": phase})
-        kind: NoticeKind = "timeout_first_token" if phase == "first_token" else "timeout_idle"
-        if self.config.surface_user_errors:
-            if self.config.fallback_pending:
-                self.deferred_notice = kind
-            else:
-                self._outbox.append(Notice.of(kind))
-        self.status = "timeout"
-        self._close_pass("timeout", include_landed)
+        self._passes.record_stall()
+        self.ledger.timeout(self._passes.timeout_phase, self.config)
+        self._end("timeout")
 
     def on_stream_end(self, payload: Any = None) -> None:
         assert isinstance(payload, ev.StreamEnded)
-        status = _STATUS_BY_OUTCOME[payload.outcome]
         if payload.error is not None:
-            self.error = f"{payload.error.kind}: {payload.error.message}"
-        self.status = status
-        self._close_pass(status, include_landed=False)
+            self.ledger.error = f"{payload.error.kind}: {payload.error.message}"
+        self._end(_STATUS_BY_OUTCOME[payload.outcome])
 
     def on_empty_after_text(self, _payload: Any = None) -> None:
-        """The empty pass adds nothing: the turn is the text it already delivered (T10)."""
-        self.status = "completed"
-        self._close_pass("empty_response", include_landed=False)
-        self._final_text = self._delivered_text()
+        self._end("completed", pass_status="empty_response")
+        self.ledger.final_text = self.ledger.delivered_text(self.channel)
+
+    def on_iteration_cap(self, _payload: Any = None) -> None:
+        self._end("timeout", notice="max_iterations")
 
     def on_delivery_cap(self, _payload: Any = None) -> None:
-        """The reply reached its delivery bound: what was within it stays, the rest is never
-        sent, and the user is told why the reply stops there (D5)."""
-        self.status = "delivery_cap"
-        self._notify("delivery_cap")
-        self._close_pass("delivery_cap", include_landed=False)
+        self._end("delivery_cap", notice="delivery_cap")
 
     def on_tool_call(self, _payload: Any = None) -> None:
-        """Keep the pre-tool text for the call's history entry (T7) and queue the calls."""
-        run = self._run
+        run = self._passes.run
         assert run is not None
         self._tools.queue(run.tool_calls, run.text)
-        self._batch_text = run.text
-        self._end_requested = False
-        self._follow_up_required = False
-        self._close_pass("function_call", include_landed=False)
+        self._close_pass("function_call")
 
     def on_follow_up(self, _payload: Any = None) -> None:
         if self.state == State.DONE.value:
             self.lock.follow_up_interrupts += 1
-            self.status = "follow_up_interrupt"
-            self._close_pass("follow_up_interrupt", include_landed=False)
+            self._end("follow_up_interrupt")
         else:
-            self.follow_up_queued = True
+            self.ledger.follow_up_queued = True
 
     def on_nameless_call(self, _payload: Any = None) -> None:
-        self.status = "error"
-        self.error = "the provider returned a function call without a tool name"
+        self.ledger.error = "the provider returned a function call without a tool name"
+        self._end("error")
 
     def on_tool_outcome(self, payload: Any = None) -> None:
-        """Record a tool's outcome on the history and the error count (T5-T7)."""
         assert isinstance(payload, ToolResult)
-        ends = self._ends_turn(payload)
-        self._end_requested = self._end_requested or ends
-        call = self._tools.settle_current().call
-        tool = self.tools.get(call.name)
-        if payload.success and tool is not None and tool.loop == "requires_follow_up":
-            self._follow_up_required = True
-        self.function_history.append(HistoryEntry(
-            tool_name=call.name,
-            arguments={} if call.truncated else call.arguments,  # never shown a call not made
-            result=payload.for_model(),
-            call_id=call.id, pre_tool_text=self._tools.take_pre_tool_text(),
-            success=payload.success, batch=self._tools.batch, reasoning=call.reasoning,
-        ))
-        if payload.success:
-            self.consecutive_tool_errors = 0
-            self.replayable_calls.append({"name": call.name, "arguments": call.arguments,
-                                          "result": payload.for_model()})
-        else:
-            self.consecutive_tool_errors += 1
-        if self.state != State.DONE.value:
-            return
-        if self.consecutive_tool_errors >= self.config.max_consecutive_tool_errors:
-            self.status = "error"
-            self.error = f"{self.consecutive_tool_errors} consecutive tool failures"
-            self._notify("tool_error_loop")
-        else:
-            self.status = "completed"  # the tool's loop policy ended the turn (T9)
+        self._tools.record(payload, self.conversation.function_history)
+        if self.state == State.DONE.value:  # the loop ended the turn (T6, T9)
+            error = self._tools.loop_ended()
+            if error is None:
+                self._end("completed")
+            else:
+                self.ledger.error = error
+                self._end("error", notice="tool_error_loop")
 
     def on_restart_requested(self, payload: Any = None) -> None:
-        """No ordinary history entry for the restart call (R1): its pre-tool text is named to
-        the next passes, so it is not repeated (T7); with drafting on, the review log also
-        keeps the call and its result (R10)."""
         assert isinstance(payload, tuple)
         result, restart = payload
-        call = self._tools.settle_current().call
-        self._tools.drop_queued()
-        self._restarts.requested(restart, call)
-        pre_tool_text = self._tools.take_pre_tool_text()
-        if self.config.drafting:
-            self.review_log.append({"call": call.name,
-                                    "arguments": call.arguments,
-                                    "result": without_stash_key(result.for_model()),
-                                    "pre_tool_text": pre_tool_text})
-        if pre_tool_text:
-            self.turn_notices.append(already_sent_notice(pre_tool_text))
+        call, pre_tool_text = self._tools.take_restart_call()
+        self._review(self._restarts.requested(restart, call, result, pre_tool_text,
+                                              self.conversation))
 
     def on_restart(self, payload: Any = None) -> None:
-        """Apply the enrichment, set its flag, reset the error counters (R6-R9)."""
-        restart: RestartRequest | None = self._restarts.pending
-        assert restart is not None
-        if restart.kind == "message_metadata":
-            items, lookups = payload if isinstance(payload, tuple) else (None, 0)
-            self.reactor_lookups += lookups
-            if items is not None:
-                self.context_items = items
-            self.context_items.append(tail_directive(METADATA_TAIL_DIRECTIVE))
-            self.context_items_added += 1
-        elif payload is not None:
-            self.context_items.append(payload)
-            self.context_items_added += 1
-        if restart.enrichment is not None:
-            self.flags.disable(restart.enrichment)
-        self.consecutive_tool_errors = 0
-        call = self._restarts.call
-        if self.config.drafting and call is not None:
-            self.review_log.append({"continuation": f"[System: {call.name} "
-                                                    "added context; continue the reply.]"})
-        self._restarts.applied()
+        self._review(self._restarts.apply(payload, self.conversation))
+        self._tools.reset_errors()
 
     def on_kill(self, _payload: Any = None) -> None:
         self._tools.record_killed()
-        self._stop(include_landed=False)
-
-    def _stop(self, include_landed: bool) -> None:
-        self.status = "stopped_by_user"
-        self._close_pass("stopped_by_user", include_landed)
+        self._end("stopped_by_user")
 
     def on_crash(self, payload: Any = None) -> None:
-        self.status = "error"
         if isinstance(payload, (ev.StreamCrashed, ev.WorkerCrashed)):
-            self._crash = payload.error
-            if self.error is None:
-                self.error = f"{type(payload.error).__name__}: {payload.error}"
-        self._close_pass("error", include_landed=False)
+            self.ledger.crash = payload.error
+            if self.ledger.error is None:
+                self.ledger.error = f"{type(payload.error).__name__}: {payload.error}"
+        self._end("error")
 
-    # ----------------------------------------------------------------- passes
+    def _end(self, status: TurnStatus, *, pass_status: TurnStatus | None = None,
+             include_landed: bool = False, notice: NoticeKind | None = None) -> None:
+        """The turn's status, its notice if any, and the running pass's result, frozen."""
+        self.ledger.status = status
+        if notice is not None:
+            self.ledger.notify(notice, self.config)
+        self._close_pass(pass_status or status, include_landed)
 
-    def _close_pass(self, status: TurnStatus, include_landed: bool) -> None:
-        """Freeze the running pass's result, once (S13)."""
-        run = self._run
-        if run is None or run.closed:
-            return
-        run.closed = True
-        result = run.result(status, include_landed)
-        self._passes[-1] = result
-        self._final_text = result.text
-        self._delivered.append(result.text)
-        self._end_pass()
+    def _close_pass(self, status: TurnStatus, include_landed: bool = False) -> None:
+        result = self._passes.close(status, include_landed)
+        if result is not None:
+            self.ledger.close_pass(result)
 
-    def _end_pass(self) -> None:
-        """However the pass ends: timer cleared, kill handle deregistered, the stream
-        aborted if still running — the abort is also what removes the worker's progress
-        hook, so no late chunk re-arms a timer or touches the lock (S14)."""
-        run = self._run
-        if run is None:
-            return
-        run.deadline = None
-        if run.kill_handle is not None:
-            self.locks.clear_stream_kill(self.lock, run.kill_handle)
-            run.kill_handle = None
-        self._settle_deadline = None
-        run.abort.fire("pass ended")
-        worker = run.worker
-        if worker is not None and not worker.done():
-            worker.cancel()
-
-    def _discard_unsent(self) -> None:
-        """The pass was cut short: the channel drops what it has not sent (G1, S10)."""
-        try:
-            self.channel.discard_unsent()
-        except Exception as exc:
-            log.warning("turn %s: the channel could not drop unsent text: %s",
-                        self.turn_id, type(exc).__name__)
-
-    # ----------------------------------------------------------------- the end
-
-    def _close(self) -> None:
-        """No timer, kill handle or progress callback outlives the turn (S14; the task group
-        then cancels and awaits the workers), and a pass cut short leaves no unsent text in
-        the channel for a fallback to send (G1)."""
-        self._end_pass()
-        if self._run is not None and not self._run.flushed:
-            self._discard_unsent()
-        self._tools.end()
+    def _review(self, entry: dict[str, Any] | None) -> None:
+        if entry is not None:  # with drafting on, the review log keeps it (R10)
+            self.ledger.review_log.append(entry)
 
 
-def _channel_delivered(channel: TurnChannel) -> str | None:
-    """The channel's record of the text it actually delivered, if it keeps one."""
-    text = getattr(channel, "delivered_text", None)
-    return text if isinstance(text, str) else None
+async def _kill(turn: Turn, event: ev.Kill) -> None:
+    await turn._fire("kill", event)
+
+
+async def _follow_up(turn: Turn, event: ev.FollowUp) -> None:
+    await turn._fire("follow_up", event)
+
+
+async def _tool_finished(turn: Turn, event: ev.ToolFinished) -> None:
+    await turn._fire_verdict(turn._tools.finished(event))
+
+
+async def _worker_failed(turn: Turn, event: ev.WorkerCrashed) -> None:
+    await turn._fail(event.error)
+
+
+Turn._EVENTS = {
+    ev.Kill: _kill,
+    ev.FollowUp: _follow_up,
+    ev.FirstToken: Turn._on_first_token_event,
+    ev.StreamEnded: Turn._on_stream_event,
+    ev.StreamCrashed: Turn._on_stream_event,
+    ev.StreamSettled: Turn._on_settled_event,
+    ev.ToolFinished: _tool_finished,
+    ev.RestartReady: Turn._on_restart_ready,
+    ev.WorkerCrashed: _worker_failed,
+}
+
+
+@lru_cache(maxsize=1)
+def shared_machine() -> AsyncMachine:
+    """The process-wide machine every turn fires its triggers on, its names checked
+    against the driver when it is built."""
+    return build_machine(Turn)
+

@@ -34,7 +34,6 @@ from pathlib import Path
 
 import graphviz
 
-from ..engine.machine import CALLBACK_BY_TRIGGER
 from ..engine.table import (
     NON_TERMINAL,
     STATES,
@@ -145,7 +144,7 @@ class Row:
 
     @property
     def callback(self) -> str:
-        return CALLBACK_BY_TRIGGER.get(self.edge.trigger, "")
+        return self.edge.callback
 
     @property
     def guard(self) -> str:
