@@ -11,6 +11,7 @@ from typing import Any
 from .flags import TurnFlags
 from .prefill import TurnRequest, build_pass_request
 from .provider import HistoryEntry, PassRequest
+from .tools import ToolRegistry
 
 
 @dataclass(slots=True)
@@ -28,6 +29,8 @@ class Conversation:
         return cls(request=request, context_items=list(request.context_items),
                    function_history=list(request.function_history))
 
-    def next_request(self, tools: list[dict[str, Any]], pass_index: int) -> PassRequest:
+    def next_request(self, tools: ToolRegistry, pass_index: int) -> PassRequest:
+        """Pass `pass_index`'s request, with the tools the flags allow (S1, S2, R8). Built
+        in Preparing before `begin`, so a failure here is a crash from Preparing."""
         return build_pass_request(self.request, self.context_items, self.function_history,
-                                  tools, pass_index, self.turn_notices)
+                                  tools.schemas(self.flags), pass_index, self.turn_notices)

@@ -62,7 +62,7 @@ class ToolRunner:
         clock: Callable[[], float],
         spawn: Callable[[Work, str], asyncio.Task[None]],
     ) -> None:
-        self._tools = tools
+        self._registry = tools
         self._config = config
         self._locks = locks
         self._lock = lock
@@ -105,7 +105,7 @@ class ToolRunner:
 
     @property
     def registry(self) -> ToolRegistry:
-        return self._tools
+        return self._registry
 
     def has_queued(self) -> bool:
         return bool(self._calls)
@@ -143,9 +143,9 @@ class ToolRunner:
         refusal = self._refusal(call, flags)
         if refusal is not None:
             return self.verdict(ToolResult.fail(refusal))
-        tool = self._tools.get(call.name)
+        tool = self._registry.get(call.name)
         assert tool is not None
-        args = self._tools.parse_args(tool, call.arguments)
+        args = self._registry.parse_args(tool, call.arguments)
         if isinstance(args, str):
             if self.recorder is not None:
                 self.recorder.on_tool(call.name, 0.0, {"refused": args})
@@ -163,7 +163,7 @@ class ToolRunner:
         if call.truncated:
             return (f"the arguments of {call.name} were cut off by the provider (output limit "
                     "reached), so the call was not run; call it again with complete arguments")
-        return self._tools.refusal(call.name, flags)
+        return self._registry.refusal(call.name, flags)
 
     async def _worker(
         self,
@@ -214,7 +214,7 @@ class ToolRunner:
         self._abort = None
         restart = None
         if result.success:
-            tool = self._tools.get(current.call.name)
+            tool = self._registry.get(current.call.name)
             guard = tool.guard if tool is not None else None
             restart = parse_restart(current.call.name, result.data, guard)
         if restart is not None:
@@ -257,7 +257,7 @@ class ToolRunner:
         current = self.current
         if not isinstance(payload, ToolResult) or not payload.success or current is None:
             return False
-        tool = self._tools.get(current.call.name)
+        tool = self._registry.get(current.call.name)
         policy = tool.loop if tool is not None else "next_pass"
         return policy == "ends_turn" or (policy == "end_after_pre_tool_text"
                                          and bool(self._batch_text.strip()))
@@ -266,7 +266,7 @@ class ToolRunner:
         """Record the current call's outcome on the history and the error count (T5-T7)."""
         self._end_requested = self._end_requested or self._ends_turn(result)
         call = self.settle_current().call
-        tool = self._tools.get(call.name)
+        tool = self._registry.get(call.name)
         if result.success and tool is not None and tool.loop == "requires_follow_up":
             self.follow_up_required = True
         history.append(HistoryEntry(

@@ -21,25 +21,26 @@ from typing import Any, ClassVar, Protocol
 from transitions.extensions.asyncio import AsyncMachine
 
 from . import events as ev
-from .channel import NoticeKind, TurnChannel
+from .channel import TurnChannel
 from .clock import TurnClock, on_grid
 from .config import TurnConfig
 from .conversation import Conversation
+from .edges import EdgeCallbacks
 from .ledger import TurnLedger, channel_delivered
 from .locks import ChannelLock, ChannelLockRegistry
 from .machine import build_machine
 from .mailbox import Mailbox
 from .pass_runner import PassRunner
 from .prefill import TurnRequest
-from .provider import CUT_OFF_FINISHES, PassRequest, Provider
+from .provider import Provider
 from .recording import InputRecorder
 from .restart_runner import RestartRunner
-from .result import PassResult, TurnResult, TurnStatus
+from .result import PassResult, TurnResult
 from .stash import ContextStash
 from .table import CRASH_SOURCES, STREAM_STATES, TERMINAL, State
 from .tasks import Workers
 from .tool_runner import ToolRunner, Verdict
-from .tools import ToolRegistry, ToolResult
+from .tools import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,11 @@ _PASS_STATES = frozenset({State.AWAITING_FIRST_TOKEN.value, State.STREAMING.valu
                           State.SETTLING.value})
 _STREAM_STATES = frozenset(s.value for s in STREAM_STATES)
 _turn_ids = itertools.count(1)
-_STATUS_BY_OUTCOME: dict[str, TurnStatus] = {
-    "completed": "completed", "empty": "empty_response", "provider_error": "error",
+_DEADLINE_OWNERS: dict[str, str] = {
+    **{state: "_passes" for state in _PASS_STATES},
+    State.TOOL_CALL.value: "_tools", State.CONTEXT_RESTART.value: "_restarts",
 }
+"""The runner whose deadline the driver waits on in each state."""
 _DEADLINE_TRIGGERS: dict[str, str] = {
     State.AWAITING_FIRST_TOKEN.value: "first_token_timeout",
     State.STREAMING.value: "idle_timeout",
@@ -67,11 +70,12 @@ class TurnObserver(Protocol):
     def on_transition(self, turn: Turn, t: float, event: str, source: str, dest: str) -> None: ...
 
 
-class Turn:
-    """One bot reply in one channel, from Preparing to exactly one terminal state."""
+class Turn(EdgeCallbacks):
+    """One bot reply in one channel, from Preparing to exactly one terminal state: the
+    driver that keeps the state, waits on the runners' deadlines and reads the mailbox."""
 
     state: str
-    _EVENTS: ClassVar[dict[type, Callable[[Turn, Any], Awaitable[None]]]]
+    _EVENTS: ClassVar[dict[type, Callable[[Turn, Any], Awaitable[Any]]]]
     """What the driver does with each kind of mailbox event (filled in below the class)."""
 
     def __init__(
@@ -104,15 +108,16 @@ class Turn:
         self.ledger = TurnLedger()
         self.conversation = Conversation.of(request if request is not None else TurnRequest())
         self._clock = TurnClock()
-        workers = self._workers = Workers(grace_s=self.config.settle_timeout_s or 1.0,
-                                          on_crash=self._worker_crashed)
+        workers = self._workers = Workers(
+            grace_s=self.config.settle_timeout_s or 1.0,
+            on_crash=lambda exc: self.mailbox.post(ev.WorkerCrashed(exc)))
         runner: dict[str, Any] = {"config": self.config, "locks": locks, "lock": lock,
                                   "mailbox": self.mailbox, "turn_id": self.turn_id,
                                   "spawn": workers.spawn}
         self._passes = PassRunner(provider=provider, channel=channel, **runner)
         self._tools = ToolRunner(tools=tools if tools is not None else ToolRegistry(),
-                                 recorder=None, clock=self._now, **runner)
-        self._restarts = RestartRunner(channel=channel, clock=self._now, **runner)
+                                 recorder=None, clock=self._clock.now, **runner)
+        self._restarts = RestartRunner(channel=channel, clock=self._clock.now, **runner)
         self._passes.recorder = self._tools.recorder = self._restarts.recorder = recorder
 
     # ----------------------------------------------------------------- public API
@@ -180,10 +185,6 @@ class Turn:
     follow_up_queued = property(lambda self: self.ledger.follow_up_queued)
     stop_requested_at = property(lambda self: self.ledger.stop_requested_at,
                                  doc="Seconds into the turn a stop was asked for.")
-
-    @property
-    def stop_requested(self) -> bool:
-        return self.ledger.stop_requested_at is not None
 
     @property
     def pass_results(self) -> tuple[PassResult, ...]:
@@ -268,18 +269,12 @@ class Turn:
             await self._fire("kill", ev.Kill("stop requested on the channel"))
         elif len(self.ledger.passes) >= self.config.max_iterations:
             await self._fire("iteration_cap")
-        elif await self._fire("begin", self._next_request()):
+        elif await self._fire("begin", self.conversation.next_request(
+                self._tools.registry, len(self.ledger.passes) + 1)):
             # Let the pass's worker call the provider before the mailbox is read again:
             # a pass that began has asked the model, even when a kill or follow-up is
             # already waiting at the same instant (S3, S17).
             await asyncio.sleep(0)
-
-    def _next_request(self) -> PassRequest:
-        """Preparing's work: the next pass's request, with the tools the flags allow (S1,
-        S2, R8). Done before `begin` so a failure here is a crash from Preparing."""
-        conversation = self.conversation
-        return conversation.next_request(self.tools.schemas(conversation.flags),
-                                         len(self.ledger.passes) + 1)
 
     async def _fail(self, exc: BaseException) -> None:
         """An unexpected exception ends the turn Done/error; cleanup still runs (S15)."""
@@ -301,18 +296,9 @@ class Turn:
         self._record(self.elapsed, "crash", self.state, State.DONE.value)
         self.state = State.DONE.value
 
-    def _worker_crashed(self, exc: BaseException) -> None:
-        self.mailbox.post(ev.WorkerCrashed(exc))
-
     def _deadline(self) -> float | None:
-        state = self.state
-        if state in _PASS_STATES:
-            return self._passes.deadline
-        if state == State.TOOL_CALL.value:
-            return self._tools.deadline
-        if state == State.CONTEXT_RESTART.value:
-            return self._restarts.deadline
-        return None
+        runner = _DEADLINE_OWNERS.get(self.state)
+        return getattr(self, runner).deadline if runner is not None else None
 
     async def _fire_verdict(self, verdict: Verdict | None) -> None:
         """Fire what a runner decided, if it decided anything yet. A tool result first
@@ -331,13 +317,13 @@ class Turn:
             taken = bool(await shared_machine().events[trigger].trigger(self, payload))
         except Exception:
             if self.state != source:  # a callback failed after the state changed
-                self._record((at if at is not None else self._now()) - self._clock.t0,
+                self._record((at if at is not None else self._clock.now()) - self._clock.t0,
                              trigger, source, self.state)
             raise
         dest = self.state
         if not taken:
             return False
-        t = (at if at is not None else self._now()) - self._clock.t0
+        t = (at if at is not None else self._clock.now()) - self._clock.t0
         if dest == source:
             self.ledger.record_internal(t, trigger, source)
         else:
@@ -346,9 +332,6 @@ class Turn:
                 self._passes.end()
         await self.ledger.post_notices(self.channel, self.turn_id)
         return taken
-
-    def _now(self) -> float:
-        return self._clock.now()
 
     def _record(self, t: float, trigger: str, source: str, dest: str) -> None:
         t = self.ledger.record(t, trigger, source, dest)
@@ -373,195 +356,46 @@ class Turn:
     async def _on_event(self, event: ev.TurnEvent) -> None:
         await self._EVENTS[type(event)](self, event)
 
-    async def _on_stream_event(self, event: ev.StreamEnded | ev.StreamCrashed) -> None:
-        if not self._passes.is_current(event.pass_no):
-            return
-        if self.state == State.SETTLING.value:
-            await self._fire("settled", event)  # it ended as its timer fired: it has settled
-        elif self.state not in _STREAM_STATES:
-            return
-        elif isinstance(event, ev.StreamCrashed):
-            self.ledger.error = f"{type(event.error).__name__}: {event.error}"
-            await self._fire("crash", event)
-        elif event.outcome != "empty" or not await self._fire("empty_after_text", event):
-            await self._fire(event.outcome, event)
 
-    async def _on_first_token_event(self, event: ev.FirstToken) -> None:
-        if self._passes.is_current(event.pass_no) and self.state == "AwaitingFirstToken":
-            await self._fire("first_token", event)
-
-    async def _on_settled_event(self, event: ev.StreamSettled) -> None:
-        if self._passes.is_current(event.pass_no) and self.state == "Settling":
-            await self._fire("settled", event)
-
-    async def _on_restart_ready(self, event: ev.RestartReady) -> None:
-        if self._restarts.ready(event) and self.state == "ContextRestart":
-            await self._fire("restart", event.payload)
-
-    # ----------------------------------------------------------------- guards
-
-    def stop_pending(self, _payload: Any = None) -> bool:
-        """A stop was requested for this turn or on its channel (S9)."""
-        return self.stop_requested or self.lock.stop_requested
-
-    def follow_up_may_interrupt(self, _payload: Any = None) -> bool:
-        return self.lock.follow_up_interrupts < self.locks.max_follow_up_interrupts
-
-    def calls_pending(self, _payload: Any = None) -> bool:
-        return self._tools.has_queued()
-
-    def error_cap_reached(self, payload: Any = None) -> bool:
-        return self._tools.error_cap_reached(payload)
-
-    def tool_policy_ends_turn(self, payload: Any = None) -> bool:
-        return self._tools.policy_ends_turn(payload)
-
-    def delivered_text_stands(self, _payload: Any = None) -> bool:
-        """An empty pass after a tool, in a turn that already delivered text, completes
-        with that text, unless the tool required the model to speak after it or a limit
-        cut the pass off (a model that spent its budget thinking has not answered, T10)."""
-        run = self._passes.run
-        if run is not None and run.finish in CUT_OFF_FINISHES:
-            return False
-        return (len(self.ledger.passes) > 1 and not self._tools.follow_up_required
-                and bool(self.ledger.delivered_text(self.channel).strip()))
-
-    # ----------------------------------------------------------------- callbacks
-    # Each is named in its rows of the table, whose `does` says what it does and why.
-
-    def on_begin(self, payload: Any = None) -> None:
-        assert isinstance(payload, PassRequest)
-        chars_left = self.ledger.begin_pass(payload.pass_index, self.config)
-        self._passes.begin(payload, self._now(), chars_left)
-
-    def on_first_token(self, _payload: Any = None) -> None:
-        self._passes.first_token()
-
-    def on_stream_timeout(self, _payload: Any = None) -> None:
-        if self.state == State.STOPPED.value:  # a stop was pending (S9)
-            self._end("stopped_by_user")
-        else:
-            self._passes.timed_out(self._now())  # the deadline's instant (`_on_deadline`)
-
-    def on_settled(self, _payload: Any = None) -> None:
-        self.ledger.timeout(self._passes.timeout_phase, self.config)
-        self._end("timeout", include_landed=True)
-
-    def on_settle_timeout(self, _payload: Any = None) -> None:
-        self._passes.record_stall()
-        self.ledger.timeout(self._passes.timeout_phase, self.config)
-        self._end("timeout")
-
-    def on_stream_end(self, payload: Any = None) -> None:
-        assert isinstance(payload, ev.StreamEnded)
-        if payload.error is not None:
-            self.ledger.error = f"{payload.error.kind}: {payload.error.message}"
-        self._end(_STATUS_BY_OUTCOME[payload.outcome])
-
-    def on_empty_after_text(self, _payload: Any = None) -> None:
-        self._end("completed", pass_status="empty_response")
-        self.ledger.final_text = self.ledger.delivered_text(self.channel)
-
-    def on_iteration_cap(self, _payload: Any = None) -> None:
-        self._end("timeout", notice="max_iterations")
-
-    def on_delivery_cap(self, _payload: Any = None) -> None:
-        self._end("delivery_cap", notice="delivery_cap")
-
-    def on_tool_call(self, _payload: Any = None) -> None:
-        run = self._passes.run
-        assert run is not None
-        self._tools.queue(run.tool_calls, run.text)
-        self._close_pass("function_call")
-
-    def on_follow_up(self, _payload: Any = None) -> None:
-        if self.state == State.DONE.value:
-            self.lock.follow_up_interrupts += 1
-            self._end("follow_up_interrupt")
-        else:
-            self.ledger.follow_up_queued = True
-
-    def on_nameless_call(self, _payload: Any = None) -> None:
-        self.ledger.error = "the provider returned a function call without a tool name"
-        self._end("error")
-
-    def on_tool_outcome(self, payload: Any = None) -> None:
-        assert isinstance(payload, ToolResult)
-        self._tools.record(payload, self.conversation.function_history)
-        if self.state == State.DONE.value:  # the loop ended the turn (T6, T9)
-            error = self._tools.loop_ended()
-            if error is None:
-                self._end("completed")
-            else:
-                self.ledger.error = error
-                self._end("error", notice="tool_error_loop")
-
-    def on_restart_requested(self, payload: Any = None) -> None:
-        assert isinstance(payload, tuple)
-        result, restart = payload
-        call, pre_tool_text = self._tools.take_restart_call()
-        self._review(self._restarts.requested(restart, call, result, pre_tool_text,
-                                              self.conversation))
-
-    def on_restart(self, payload: Any = None) -> None:
-        self._review(self._restarts.apply(payload, self.conversation))
-        self._tools.reset_errors()
-
-    def on_kill(self, _payload: Any = None) -> None:
-        self._tools.record_killed()
-        self._end("stopped_by_user")
-
-    def on_crash(self, payload: Any = None) -> None:
-        if isinstance(payload, (ev.StreamCrashed, ev.WorkerCrashed)):
-            self.ledger.crash = payload.error
-            if self.ledger.error is None:
-                self.ledger.error = f"{type(payload.error).__name__}: {payload.error}"
-        self._end("error")
-
-    def _end(self, status: TurnStatus, *, pass_status: TurnStatus | None = None,
-             include_landed: bool = False, notice: NoticeKind | None = None) -> None:
-        """The turn's status, its notice if any, and the running pass's result, frozen."""
-        self.ledger.status = status
-        if notice is not None:
-            self.ledger.notify(notice, self.config)
-        self._close_pass(pass_status or status, include_landed)
-
-    def _close_pass(self, status: TurnStatus, include_landed: bool = False) -> None:
-        result = self._passes.close(status, include_landed)
-        if result is not None:
-            self.ledger.close_pass(result)
-
-    def _review(self, entry: dict[str, Any] | None) -> None:
-        if entry is not None:  # with drafting on, the review log keeps it (R10)
-            self.ledger.review_log.append(entry)
+async def _stream_ended(turn: Turn, event: ev.StreamEnded | ev.StreamCrashed) -> None:
+    if not turn._passes.is_current(event.pass_no):
+        return
+    if turn.state == State.SETTLING.value:
+        await turn._fire("settled", event)  # it ended as its timer fired: it has settled
+    elif turn.state not in _STREAM_STATES:
+        return
+    elif isinstance(event, ev.StreamCrashed):
+        turn.ledger.error = f"{type(event.error).__name__}: {event.error}"
+        await turn._fire("crash", event)
+    elif event.outcome != "empty" or not await turn._fire("empty_after_text", event):
+        await turn._fire(event.outcome, event)
 
 
-async def _kill(turn: Turn, event: ev.Kill) -> None:
-    await turn._fire("kill", event)
+async def _first_token(turn: Turn, event: ev.FirstToken) -> None:
+    if turn._passes.is_current(event.pass_no) and turn.state == "AwaitingFirstToken":
+        await turn._fire("first_token", event)
 
 
-async def _follow_up(turn: Turn, event: ev.FollowUp) -> None:
-    await turn._fire("follow_up", event)
+async def _settled(turn: Turn, event: ev.StreamSettled) -> None:
+    if turn._passes.is_current(event.pass_no) and turn.state == "Settling":
+        await turn._fire("settled", event)
 
 
-async def _tool_finished(turn: Turn, event: ev.ToolFinished) -> None:
-    await turn._fire_verdict(turn._tools.finished(event))
-
-
-async def _worker_failed(turn: Turn, event: ev.WorkerCrashed) -> None:
-    await turn._fail(event.error)
+async def _restart_ready(turn: Turn, event: ev.RestartReady) -> None:
+    if turn._restarts.ready(event) and turn.state == "ContextRestart":
+        await turn._fire("restart", event.payload)
 
 
 Turn._EVENTS = {
-    ev.Kill: _kill,
-    ev.FollowUp: _follow_up,
-    ev.FirstToken: Turn._on_first_token_event,
-    ev.StreamEnded: Turn._on_stream_event,
-    ev.StreamCrashed: Turn._on_stream_event,
-    ev.StreamSettled: Turn._on_settled_event,
-    ev.ToolFinished: _tool_finished,
-    ev.RestartReady: Turn._on_restart_ready,
-    ev.WorkerCrashed: _worker_failed,
+    ev.Kill: lambda turn, event: turn._fire("kill", event),
+    ev.FollowUp: lambda turn, event: turn._fire("follow_up", event),
+    ev.FirstToken: _first_token,
+    ev.StreamEnded: _stream_ended,
+    ev.StreamCrashed: _stream_ended,
+    ev.StreamSettled: _settled,
+    ev.ToolFinished: lambda turn, event: turn._fire_verdict(turn._tools.finished(event)),
+    ev.RestartReady: _restart_ready,
+    ev.WorkerCrashed: lambda turn, event: turn._fail(event.error),
 }
 
 
