@@ -126,20 +126,29 @@ async def test_with_user_errors_off_a_failure_posts_nothing() -> None:
     assert result.status == "error" and channel.notices == [] and result.notices == []
 
 
-async def test_a_tool_error_loop_notice_is_not_doubled() -> None:
-    # covers G2, T6: the loop's own notice is the turn's one error notice
-    scenario = parse_scenario({"passes": [[{"at": 1, "tool_call": {"name": "t"}}]],
-                               "tools": {"t": [{"success": False, "error": "x"}]}})
+async def _tool_chain(raw: dict[str, Any], *fallbacks: Any,
+                      **config: Any) -> tuple[GenerationResult, InMemoryChannel]:
+    """A chain whose first attempt plays scenario `raw` with its scripted tools."""
+    scenario = parse_scenario(raw)
     locks = ChannelLockRegistry()
     lock = locks.try_acquire("c", "o")
     assert lock is not None
     channel = InMemoryChannel()
     stash = ContextStash()
     tools = ScriptedTools(scenario.tools, stash, {})
+    attempts = [Attempt(ScriptedProvider(scenario.passes), "a")]
+    attempts += [Attempt(p, f"fb{n}") for n, p in enumerate(fallbacks)]
     result = await run_generation_turn(
-        [Attempt(ScriptedProvider(scenario.passes), "a")], channel=channel, locks=locks,
-        lock=lock, request=TurnRequest(), tools=tools.registry, stash=stash,
-        config=TurnConfig(max_consecutive_tool_errors=1))
+        attempts, channel=channel, locks=locks, lock=lock, request=TurnRequest(),
+        tools=tools.registry, stash=stash, config=TurnConfig(**config))
+    return result, channel
+
+
+async def test_a_tool_error_loop_notice_is_not_doubled() -> None:
+    # covers G2, T6: the loop's own notice is the turn's one error notice
+    result, channel = await _tool_chain(
+        {"passes": [[{"at": 1, "tool_call": {"name": "t"}}]],
+         "tools": {"t": [{"success": False, "error": "x"}]}}, max_consecutive_tool_errors=1)
     assert [n.kind for n in channel.notices] == ["tool_error_loop"] == result.notices
 
 
@@ -230,20 +239,10 @@ async def test_the_delivery_bound_counts_the_whole_reply_across_attempts() -> No
 
 async def test_a_token_capped_empty_pass_after_a_tool_falls_back() -> None:
     # covers T10, G1: the pre-tool line is not the answer; the fallback gives it
-    scenario = parse_scenario({
+    result, _ = await _tool_chain({
         "passes": [[{"at": 1, "text": "Checking."}, {"at": 2, "tool_call": {"name": "t"}}],
                    [{"at": 1, "reasoning": "Hmm..."}, {"at": 2, "finish": "length"},
                     {"at": 2, "end": "empty"}]],
-        "tools": {"t": [{"success": True, "data": {}}]}})
-    locks = ChannelLockRegistry()
-    lock = locks.try_acquire("c", "o")
-    assert lock is not None
-    channel = InMemoryChannel()
-    stash = ContextStash()
-    tools = ScriptedTools(scenario.tools, stash, {})
-    result = await run_generation_turn(
-        [Attempt(ScriptedProvider(scenario.passes), "a"), Attempt(_Failing(None, " Snow."), "b")],
-        channel=channel, locks=locks, lock=lock, request=TurnRequest(), tools=tools.registry,
-        stash=stash)
+        "tools": {"t": [{"success": True, "data": {}}]}}, _Failing(None, " Snow."))
     assert [a.status for a in result.attempts] == ["empty_response", "completed"]
     assert result.delivered_text == "Checking. Snow."
