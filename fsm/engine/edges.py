@@ -45,7 +45,6 @@ class EdgeCallbacks:
     _tools: ToolRunner
     _restarts: RestartRunner
 
-
     @property
     def stop_requested(self) -> bool:
         return self.ledger.stop_requested_at is not None
