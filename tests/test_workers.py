@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 async def test_closing_the_group_cancels_and_awaits_every_worker() -> None:
     # covers S14: the driver ends; nothing it started is still running
     crashes: list[BaseException] = []
-    workers = Workers(grace_s=5, on_crash=crashes.append)
+    workers = Workers("w", grace_s=5, on_crash=crashes.append)
     started: list[asyncio.Task[None]] = []
 
     async def driver() -> None:
@@ -34,7 +34,7 @@ async def test_a_worker_failure_reaches_the_driver_not_the_group() -> None:
     # covers S15: an unexpected exception is the driver's to handle (a crash edge), and the
     # driver is not cancelled by it
     crashes: list[BaseException] = []
-    workers = Workers(grace_s=5, on_crash=crashes.append)
+    workers = Workers("w", grace_s=5, on_crash=crashes.append)
 
     async def broken() -> None:
         raise ValueError("boom")
@@ -60,7 +60,7 @@ async def test_a_worker_ignoring_cancellation_is_cut_loose_after_the_grace() -> 
             except asyncio.CancelledError:
                 refused.append(1)
 
-    workers = Workers(grace_s=5, on_crash=lambda _exc: None)
+    workers = Workers("w", grace_s=5, on_crash=lambda _exc: None)
 
     async def driver() -> None:
         workers.spawn(stubborn(), "w-stubborn")
@@ -74,6 +74,6 @@ async def test_a_worker_ignoring_cancellation_is_cut_loose_after_the_grace() -> 
 
 async def test_no_worker_starts_outside_a_running_turn() -> None:
     # covers S14: a worker with no group to own it is refused, not orphaned
-    workers = Workers(grace_s=1, on_crash=lambda _exc: None)
+    workers = Workers("w", grace_s=1, on_crash=lambda _exc: None)
     with pytest.raises(RuntimeError, match="no turn is running"):
         workers.spawn(asyncio.sleep(1), "w-late")

@@ -109,7 +109,7 @@ class Turn(EdgeCallbacks):
         self.conversation = Conversation.of(request if request is not None else TurnRequest())
         self._clock = TurnClock()
         workers = self._workers = Workers(
-            grace_s=self.config.settle_timeout_s or 1.0,
+            self.turn_id, grace_s=self.config.settle_timeout_s or 1.0,
             on_crash=lambda exc: self.mailbox.post(ev.WorkerCrashed(exc)))
         runner: dict[str, Any] = {"config": self.config, "locks": locks, "lock": lock,
                                   "mailbox": self.mailbox, "turn_id": self.turn_id,
