@@ -192,9 +192,12 @@ class DiscordChannel(TurnChannel):
 
     async def finish_pass(self) -> None:
         self._cancel_idle_flush()
+        unsent = any(not done.done() for done in self._unsettled)
         chunks = self._splitter.flush()
-        sends = any(not chunk.is_trailer for chunk in chunks)
+        sends = unsent or any(not chunk.is_trailer for chunk in chunks)
         if sends and self.typing is not None:
+            # The pass's last messages are known: whatever they wait for, nothing is typed
+            # before them (D50).
             await self.typing.stop()
         for chunk in chunks:
             self._enqueue(_Outgoing(chunk=chunk, notice=None))

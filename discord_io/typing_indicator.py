@@ -1,9 +1,13 @@
 """The typing indicator of one turn, with a single owner.
 
 Discord shows "is typing" for about 10 s after each ``POST /channels/{id}/typing`` and hides
-it as soon as the bot sends a message, so a working turn refreshes it on a fixed loop-clock
-schedule (default every 8 s) and re-posts right after a message that is not the last.
-Failures are logged and never reach the turn: a missing indicator is cosmetic.
+it as soon as the bot sends a message. Every post is a request against the bot's global
+limit of 50 a second (D9), and a reply's messages follow each other a few hundred
+milliseconds apart while it streams, so the indicator is posted once when the turn starts,
+refreshed on a fixed loop-clock schedule (default every 8 s) while nothing is sent, and
+after a message only once the turn has sent nothing more for `retype_after_s` (default 2 s:
+a rate-limit wait, a tool call, a slow model) — never between the messages of a stream
+(D50). Failures are logged and never reach the turn: a missing indicator is cosmetic.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from .rate_limits import guard_rate_limits
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 8.0
+DEFAULT_RETYPE_AFTER_S = 2.0
+"""How long after a message the turn must stay silent before the indicator is shown again."""
 
 Trigger = Callable[[], Awaitable[None]]
 
@@ -28,18 +34,23 @@ Trigger = Callable[[], Awaitable[None]]
 class TypingIndicator:
     """Refreshes the indicator while started; `stop` is idempotent and awaits the refresher."""
 
-    def __init__(self, trigger: Trigger, *, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(self, trigger: Trigger, *, interval_s: float = DEFAULT_INTERVAL_S,
+                 retype_after_s: float = DEFAULT_RETYPE_AFTER_S) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
+        if retype_after_s < 0:
+            raise ValueError("retype_after_s must not be negative")
         self._trigger = trigger
         self.interval_s = interval_s
+        self.retype_after_s = retype_after_s
         self._task: asyncio.Task[None] | None = None
         self._poke = asyncio.Event()
         self.posts = 0
 
     @classmethod
     def for_channel(
-        cls, client: discord.Client, channel_id: int, *, interval_s: float = DEFAULT_INTERVAL_S
+        cls, client: discord.Client, channel_id: int, *, interval_s: float = DEFAULT_INTERVAL_S,
+        retype_after_s: float = DEFAULT_RETYPE_AFTER_S,
     ) -> TypingIndicator:
         guard_rate_limits(client)  # `stop` cancels a post that may be in a global 429
         channel = client.get_partial_messageable(channel_id)
@@ -47,7 +58,7 @@ class TypingIndicator:
         async def trigger() -> None:
             await channel.typing()
 
-        return cls(trigger, interval_s=interval_s)
+        return cls(trigger, interval_s=interval_s, retype_after_s=retype_after_s)
 
     @property
     def running(self) -> bool:
@@ -61,7 +72,8 @@ class TypingIndicator:
         self._task = asyncio.create_task(self._run(delay_s), name="typing-indicator")
 
     def poke(self) -> None:
-        """Re-post now: a message just went out and Discord hid the indicator."""
+        """A message just went out and Discord hid the indicator: show it again only if the
+        turn then stays silent for `retype_after_s`."""
         if self.running:
             self._poke.set()
 
@@ -87,19 +99,27 @@ class TypingIndicator:
 
     async def _run(self, delay_s: float) -> None:
         loop = asyncio.get_running_loop()
-        if delay_s > 0:
-            await asyncio.sleep(delay_s)
-        next_at = loop.time()
+        due = loop.time() + delay_s
         while True:
+            if await self._poked_before(due):
+                due = loop.time() + self.retype_after_s
+                continue
             await self._post()
-            next_at = max(next_at + self.interval_s, loop.time())
+            due = max(due + self.interval_s, loop.time())
+
+    async def _poked_before(self, due: float) -> bool:
+        """Wait until `due` (loop clock); True, and the poke taken, if a message went out
+        first."""
+        if not self._poke.is_set():
+            if due <= asyncio.get_running_loop().time():
+                return False
             try:
-                async with asyncio.timeout_at(next_at):
+                async with asyncio.timeout_at(due):
                     await self._poke.wait()
             except TimeoutError:
-                continue
-            self._poke.clear()
-            next_at = loop.time()
+                return False
+        self._poke.clear()
+        return True
 
     async def _post(self) -> None:
         try:
