@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import discord
 
@@ -90,6 +90,15 @@ async def recent_messages(
     return [message async for message in channel.history(limit=limit, before=before)]
 
 
+class HistoryRead(Protocol):
+    """How a turn reads its channel's last messages: `recent_messages`, or the gateway's
+    windows (`history_cache.GatewayHistory.read`), which answer the same."""
+
+    async def __call__(self, channel: discord.abc.Messageable, *, limit: int,
+                       before: discord.abc.Snowflake | None = None) -> list[discord.Message]:
+        ...
+
+
 HistoryMode = Literal["recent", "reply_chain"]
 
 
@@ -108,7 +117,8 @@ are not), in their order."""
 
 
 async def select_history(trigger: discord.Message, policy: HistoryPolicy, *,
-                         visible: Visible, waiting: int = 0) -> list[discord.Message]:
+                         visible: Visible, waiting: int = 0,
+                         read: HistoryRead = recent_messages) -> list[discord.Message]:
     """The messages the turn answering `trigger` may see, oldest first, `trigger` last or
     among the last (it is always kept). `visible` drops messages that wait for (or were
     refused) a turn of their own and those the model may not read; `waiting` is how many
@@ -116,12 +126,12 @@ async def select_history(trigger: discord.Message, policy: HistoryPolicy, *,
     if policy.mode == "reply_chain":
         chain = await reply_chain(trigger, limit=policy.max_messages)
         return await _visible_with(trigger, chain, visible)
-    read = await recent_messages(trigger.channel, limit=policy.max_messages + waiting + 1)
-    if all(m.id != trigger.id for m in read):
+    latest = await read(trigger.channel, limit=policy.max_messages + waiting + 1)
+    if all(m.id != trigger.id for m in latest):
         # The channel moved on past the read window: read up to the trigger instead.
-        read = [*await recent_messages(trigger.channel, limit=policy.max_messages,
-                                       before=trigger), trigger]
-    kept = await _visible_with(trigger, read, visible)
+        latest = [*await read(trigger.channel, limit=policy.max_messages, before=trigger),
+                  trigger]
+    kept = await _visible_with(trigger, latest, visible)
     kept.sort(key=lambda m: (m.created_at, m.id))
     newest = kept[-policy.max_messages:]
     if all(m.id != trigger.id for m in newest):

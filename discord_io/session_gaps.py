@@ -37,6 +37,17 @@ class SessionGaps:
         self._ready: set[int | None] = set()
         self.gaps: list[SessionGap] = []
 
+    @property
+    def epoch(self) -> int:
+        """How many sessions were lost so far: what was learnt from events before a loss
+        may be missing what came in the gap."""
+        return len(self.gaps)
+
+    @property
+    def down(self) -> bool:
+        """A shard is disconnected: its events wait for a RESUME, or are lost."""
+        return bool(self._down)
+
     def disconnected(self, shard_id: int | None) -> None:
         self._down.setdefault(shard_id, discord.utils.utcnow())
 

@@ -25,8 +25,10 @@ from .exclusion import TurnAudience
 from .history import (
     DIALOGUE_TYPES,
     HistoryPolicy,
+    HistoryRead,
     dialogue_item,
     dialogue_items,
+    recent_messages,
     replied_to,
     select_history,
 )
@@ -55,7 +57,8 @@ def hidden_from(trigger: discord.Message, *, pending: Callable[[], Iterable[disc
 async def build_context(trigger: discord.Message, *, history: HistoryPolicy,
                         audience: TurnAudience, hidden: Hidden, bot_user_id: int,
                         attachments: AttachmentReader | None = None,
-                        waiting: int = 0, read_history: bool = True) -> list[ContextItem]:
+                        waiting: int = 0, read_history: bool = True,
+                        read: HistoryRead = recent_messages) -> list[ContextItem]:
     """The dialogue the model sees for `trigger`, oldest first, then the images' item. In a
     thread the starter message comes first (D7); without `read_history` (no
     READ_MESSAGE_HISTORY: Discord would answer the read with nothing) only `trigger` (D6)."""
@@ -64,7 +67,8 @@ async def build_context(trigger: discord.Message, *, history: HistoryPolicy,
         return await audience.admitted(m for m in messages if not hidden(m))
 
     if read_history:
-        picked = await select_history(trigger, history, visible=visible, waiting=waiting)
+        picked = await select_history(trigger, history, visible=visible, waiting=waiting,
+                                      read=read)
         picked = await with_starter(trigger, picked, visible=visible)
     else:
         picked = [trigger]

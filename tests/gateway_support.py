@@ -65,6 +65,15 @@ class Harness:
         await self.received(int(payload["id"]))
         return payload
 
+    def earlier(self, channel: int, author: int, text: str, **options: Any) -> dict[str, Any]:
+        """A message from before the bot connected (`emu.add_message` options): stored,
+        never dispatched. The bot then never saw the channel whole, so its next turn there
+        reads the history over REST (D51), as it would after connecting to a channel with
+        a past."""
+        message = self.emu.add_message(channel, author, text, **options)
+        self.bot.history_cache.forget(channel)
+        return message
+
     async def received(self, message_id: int) -> None:
         """Wait until the client has parsed the MESSAGE_CREATE of `message_id`."""
         async with asyncio.timeout(DELIVERY_TIMEOUT_S):

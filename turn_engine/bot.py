@@ -32,6 +32,7 @@ from discord_io.delivery import DiscordChannel
 from discord_io.enrichment_tools import EnrichmentTools, discord_avatar_lookup
 from discord_io.exclusion import Exclusion, TurnAudience
 from discord_io.history import HistoryPolicy
+from discord_io.history_cache import GatewayHistory
 from discord_io.kill_command import KillPermission, install_kill_command
 from discord_io.media_fetch import MediaFetcher
 from discord_io.member_roles import MemberRoles
@@ -160,6 +161,9 @@ class TurnBot:
         """What the bot may do in each channel, asked before a turn spends anything."""
         self.session_gaps = SessionGaps(client)
         """Windows of gateway events lost with a session, each logged."""
+        self.history_cache = GatewayHistory(client, self.session_gaps)
+        """Channel history from the messages the gateway delivered, where it is exactly
+        what a REST read returns (D51)."""
 
     @property
     def bot_id(self) -> int:
@@ -174,6 +178,7 @@ class TurnBot:
         self.client.event(self.on_message)
         self.rights.attach()
         self.session_gaps.attach()
+        self.history_cache.attach()
         self.client.event(self.on_ready)
 
     async def on_ready(self) -> None:
@@ -231,6 +236,7 @@ class TurnBot:
         return self.requesters.get(channel_id)
 
     async def on_message(self, message: discord.Message) -> None:
+        self.history_cache.saw(message)
         if self.stopping:
             return
         self.member_roles.saw(message)
@@ -377,7 +383,8 @@ class TurnBot:
                                    hidden=hidden, bot_user_id=self.bot_id,
                                    attachments=self.attachments,
                                    waiting=len(self.queue.pending(channel_id)),
-                                   read_history=self.rights.rights(message.channel).read_history)
+                                   read_history=self.rights.rights(message.channel).read_history,
+                                   read=self.history_cache.read)
 
     async def _killable(self, lock: ChannelLock, work: Any, default: Any) -> Any:
         """Run `work` (the history read) so the lock's kill cancels it (D3): the engine turn
@@ -423,10 +430,12 @@ class TurnBot:
 
 def bot_intents() -> discord.Intents:
     """Only what the bot uses: guilds (channels, roles, threads: its permissions), guild and
-    DM messages, and their content. `Intents.default()` would also bring every guild's
-    typing, voice states, reactions, polls, invites and more, each an event to parse."""
+    DM messages, and their content, and their reactions (a reaction changes what a history
+    read returns, so the history windows must hear of it: D51). `Intents.default()` would
+    also bring every guild's typing, voice states, polls, invites and more, each an event
+    to parse."""
     return discord.Intents(guilds=True, guild_messages=True, dm_messages=True,
-                           message_content=True)
+                           message_content=True, guild_reactions=True, dm_reactions=True)
 
 
 def build_client(http_trace: aiohttp.TraceConfig | None = None) -> discord.Client:

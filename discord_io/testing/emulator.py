@@ -73,7 +73,8 @@ class DiscordEmulator(World):
         self.base_url = ""
         self.interactions = Interactions(self)
         self.gateway = Gateway(self, self.interactions)
-        self.message_routes = MessageRoutes(self, self.gateway.thread_update)
+        self.message_routes = MessageRoutes(self, self.gateway.thread_update,
+                                            self.gateway.message_event)
         self.user_routes = UserRoutes(self)
 
     # ---- compatibility views -------------------------------------------------------------

@@ -309,6 +309,34 @@ class Gateway:
         await self.dispatch("MESSAGE_CREATE", event, guild_id=guild_id)
         return message
 
+    async def message_update(self, channel_id: int, message_id: int, content: str) -> JsonDict:
+        """A user edits their message: stored and dispatched as MESSAGE_UPDATE (the whole
+        message, as Discord sends it now); returns it."""
+        emu = self._emu
+        message = emu.messages[channel_id][message_id]
+        message["content"] = content
+        message["edited_timestamp"] = emu.timestamp_of(emu.next_id())
+        await self.message_event("MESSAGE_UPDATE", channel_id, emu.with_reactions(message))
+        return message
+
+    async def message_delete(self, channel_id: int, message_id: int) -> None:
+        """A user (or a moderator) deletes a message: gone from the channel, MESSAGE_DELETE."""
+        self._emu.messages[channel_id].pop(message_id)
+        await self.message_event("MESSAGE_DELETE", channel_id, {"id": str(message_id)})
+
+    async def message_event(self, name: str, channel_id: int, message: JsonDict) -> None:
+        """MESSAGE_CREATE, MESSAGE_UPDATE or MESSAGE_DELETE of a message already stored or
+        removed (the bot's own sends, edits and deletes too: Discord tells every session),
+        with `guild_id`, and the author's `member` where the event carries one."""
+        emu = self._emu
+        guild_id = emu.guild_of(channel_id)
+        event = {**message, "channel_id": str(channel_id)}
+        if guild_id is not None:
+            event["guild_id"] = str(guild_id)
+            if name != "MESSAGE_DELETE":
+                event["member"] = emu.member_payload(int(message["author"]["id"]), guild_id)
+        await self.dispatch(name, event, guild_id=guild_id)
+
     async def _add_mentioned(self, thread_id: int, mentions: list[int]) -> None:
         emu = self._emu
         parent = int(emu.channels[thread_id]["parent_id"])

@@ -78,7 +78,10 @@ VALID_INTENTS = (sum(1 << bit for bit in range(17)) | AUTO_MODERATION_CONFIGURAT
 
 NEEDS: dict[str, tuple[int, int]] = {  # event: (intent in a guild, intent in a DM); 0: always
     "MESSAGE_CREATE": (GUILD_MESSAGES, DIRECT_MESSAGES),
+    "MESSAGE_UPDATE": (GUILD_MESSAGES, DIRECT_MESSAGES),
+    "MESSAGE_DELETE": (GUILD_MESSAGES, DIRECT_MESSAGES),
     "MESSAGE_REACTION_ADD": (GUILD_MESSAGE_REACTIONS, DIRECT_MESSAGE_REACTIONS),
+    "MESSAGE_REACTION_REMOVE": (GUILD_MESSAGE_REACTIONS, DIRECT_MESSAGE_REACTIONS),
     "TYPING_START": (GUILD_MESSAGE_TYPING, DIRECT_MESSAGE_TYPING),
     "MESSAGE_POLL_VOTE_ADD": (GUILD_MESSAGE_POLLS, DIRECT_MESSAGE_POLLS),
     "VOICE_STATE_UPDATE": (GUILD_VOICE_STATES, GUILD_VOICE_STATES),
@@ -131,14 +134,16 @@ def visible_to_bot(world: World, name: str, data: JsonDict) -> bool:
     """Discord sends the bot nothing of a channel it may not view (threads included)."""
     channel = data.get("channel_id") if name != "THREAD_CREATE" and name != "THREAD_UPDATE" \
         else data.get("id")
-    if name in ("MESSAGE_CREATE", "MESSAGE_REACTION_ADD", "TYPING_START", "THREAD_CREATE",
-                "THREAD_UPDATE", "MESSAGE_POLL_VOTE_ADD") and channel is not None:
+    if name in ("MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE", "MESSAGE_REACTION_ADD",
+                "MESSAGE_REACTION_REMOVE", "TYPING_START", "THREAD_CREATE", "THREAD_UPDATE",
+                "MESSAGE_POLL_VOTE_ADD") and channel is not None:
         channel_id = int(channel)
         return channel_id not in world.channels or world.can_view(channel_id, world.bot_id)
     return True
 
 
-_EVENT_SCHEMAS = {"MESSAGE_CREATE": "MessageResponse", "CHANNEL_CREATE": "GuildChannelResponse",
+_EVENT_SCHEMAS = {"MESSAGE_CREATE": "MessageResponse", "MESSAGE_UPDATE": "MessageResponse",
+                  "CHANNEL_CREATE": "GuildChannelResponse",
                   "CHANNEL_UPDATE": "GuildChannelResponse", "THREAD_CREATE": "ThreadResponse",
                   "THREAD_UPDATE": "ThreadResponse"}
 

@@ -42,6 +42,8 @@ from .rest import (
 from .world import GUILD_FORUM, GUILD_MEDIA, World
 
 JsonDict = dict[str, Any]
+MessageEvent = Callable[[str, int, JsonDict], Awaitable[None]]
+"""A message event for the gateway: its name, the channel, the message (or its id)."""
 
 MAX_CONTENT = 2000
 MAX_EMBEDS = 10
@@ -62,9 +64,12 @@ class MessageRoutes:
     """Channel, message, reaction and typing routes; `on_unarchived(thread_id)` announces a
     thread a send unarchived (the gateway's THREAD_UPDATE)."""
 
-    def __init__(self, world: World, on_unarchived: Callable[[int], Awaitable[None]]) -> None:
+    def __init__(self, world: World, on_unarchived: Callable[[int], Awaitable[None]],
+                 on_message: MessageEvent) -> None:
         self._world = world
         self._on_unarchived = on_unarchived
+        self._on_message = on_message
+        """The gateway's MESSAGE_CREATE/UPDATE/DELETE for what the bot did."""
         self.deleted: list[tuple[int, int]] = []
         self.deduplicated: list[int] = []
         """Ids of messages a repeated nonce returned instead of a new message."""
@@ -173,6 +178,7 @@ class MessageRoutes:
             return built
         world = self._world
         world.store_message(channel_id, built)
+        await self._on_message("MESSAGE_CREATE", channel_id, built)
         nonce = body.get("nonce")
         if nonce is not None:
             self._nonces[(channel_id, str(nonce))] = _Nonce(int(built["id"]), world.now())
@@ -195,6 +201,7 @@ class MessageRoutes:
             if key in body:
                 message[key] = body[key]
         message["edited_timestamp"] = world.timestamp_of(world.next_id())
+        await self._on_message("MESSAGE_UPDATE", channel_id, world.with_reactions(message))
         return json_response(world.with_reactions(message))
 
     async def delete_message(self, request: web.Request) -> web.Response:
@@ -205,6 +212,7 @@ class MessageRoutes:
         if self._world.messages[channel_id].pop(message_id, None) is None:
             return error(404, UNKNOWN_MESSAGE, "Unknown Message")
         self.deleted.append((channel_id, message_id))
+        await self._on_message("MESSAGE_DELETE", channel_id, {"id": str(message_id)})
         return web.Response(status=204)
 
     async def typing(self, request: web.Request) -> web.Response:
