@@ -72,6 +72,11 @@ class GatewayHistory:
         """Message events seen per channel (a read that saw one arrive fills no window)."""
         self.counts = HistoryCounts()
 
+    def holds(self, channel_id: int) -> bool:
+        """Whether a read of the channel may be answered from its window now."""
+        window = self._windows.get(channel_id)
+        return window is not None and window.epoch == self._gaps.epoch and not self._gaps.down
+
     # ---- reads ---------------------------------------------------------------------------
 
     async def read(self, channel: discord.abc.Messageable, *, limit: int,
@@ -98,7 +103,7 @@ class GatewayHistory:
     def _serve(self, channel_id: int, limit: int,
                before: discord.abc.Snowflake | None) -> list[discord.Message] | None:
         window = self._windows.get(channel_id)
-        if window is None or window.epoch != self._gaps.epoch or self._gaps.down:
+        if window is None or not self.holds(channel_id):
             return None
         end = len(window.ids) if before is None else bisect.bisect_left(window.ids, before.id)
         if end < limit and not window.complete:
