@@ -27,11 +27,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from discord_io.testing.emulator import SEND_MESSAGE, DiscordEmulator
+from discord_io.testing.emulator import SEND_MESSAGE, DiscordEmulator, RecordedRequest
 
 from .common import ROOT, Section, percentile, run_async
 from .paced_provider import PacedProvider
 
+TYPING = "POST /channels/{channel_id}/typing"
+HISTORY = "GET /channels/{channel_id}/messages"
 SIZES = (10, 100, 300, 1000)
 QUICK_SIZES = (5, 20)
 GOAL_CHANNELS = 1000
@@ -116,6 +118,11 @@ class Run:
     rate_limited: int = 0
     provider_requests: int = 0
     profile: dict[str, Any] | None = None
+    per_reply: dict[str, float] = field(default_factory=dict)
+    """REST requests per whole reply (sends, typing posts, history reads, all), over the
+    channels that were not killed."""
+    replies_per_s: float = 0.0
+    """Whole replies over the time from the first mention to the last reply's last send."""
 
     def summary(self) -> dict[str, Any]:
         n = self.channels
@@ -137,7 +144,8 @@ class Run:
             "kib_per_channel": (self.rss_peak - self.rss_ready) / 1024 / n,
             "complete": self.complete, "expected_complete": self.expected_complete,
             "stopped": self.stopped, "sends": self.sends, "rate_limited": self.rate_limited,
-            "active_s": self.active_s,
+            "active_s": self.active_s, "per_reply": self.per_reply,
+            "replies_per_s": self.replies_per_s,
         }
 
 
@@ -157,6 +165,7 @@ class Monitor:
         self.answered_at: dict[int, float] = {}
         self._interactions: dict[str, int] = {}
         self.last_send = time.monotonic()
+        self.last_send_of: dict[int, float] = {}
         self._seen = 0
         self._kills: list[asyncio.Task[None]] = []
 
@@ -184,7 +193,7 @@ class Monitor:
             self._seen += 1
             if r.route == SEND_MESSAGE and r.status == 200 and isinstance(r.json, dict):
                 channel = int(r.params["channel_id"])
-                self.last_send = r.at
+                self.last_send = self.last_send_of[channel] = r.at
                 self.delivered[channel] += _visible(str(r.json.get("content", "")))
                 if channel not in self.first_send:
                     self.first_send[channel] = r.at
@@ -202,7 +211,10 @@ class Monitor:
         self._interactions[payload["id"]] = channel
 
 
-async def _one_run(channels: int, *, profile: bool = False, sweep: str = "amortized") -> Run:
+async def _one_run(channels: int, *, profile: bool = False, sweep: str = "amortized",
+                   requests: str = "now") -> Run:
+    """`requests="before"`: the bot as it was before D50–D52 (a typing post right after
+    every message, every history read over REST), side by side with the bot as it is."""
     text = reply_text()
     emu = DiscordEmulator(validate=False)
     emu.gateway.shards = 2
@@ -224,7 +236,7 @@ async def _one_run(channels: int, *, profile: bool = False, sweep: str = "amorti
                   "gateway_url": emu.gateway.url, "provider_url": provider_url,
                   "token": emu.token, "journal_dir": str(Path(tmp) / "journals"),
                   "out": str(out), "core": bot_core, "profile": profile, "turns": channels,
-                  "sweep": sweep}
+                  "sweep": sweep, "requests": requests}
         config_path = Path(tmp) / "config.json"
         config_path.write_text(json.dumps(config))
         proc = await asyncio.create_subprocess_exec(
@@ -274,6 +286,7 @@ async def _measure(emu: DiscordEmulator, proc: asyncio.subprocess.Process, ids: 
             await asyncio.sleep(0.1)
 
     sampler = asyncio.create_task(sample_rss())
+    since = len(emu.requests)
     for channel in ids:
         mention_at[channel] = time.monotonic()
         await gateway.message_create(channel, emu.alice_id, f"<@{emu.bot_id}> tell me a story",
@@ -292,6 +305,11 @@ async def _measure(emu: DiscordEmulator, proc: asyncio.subprocess.Process, ids: 
     run.kill_to_answer = [monitor.answered_at[c] - monitor.kill_at[c]
                           for c in monitor.answered_at if c in monitor.kill_at]
     run.kill_at = monitor.kill_at
+    whole = [c for c in ids if c not in kill and monitor.delivered[c] >= monitor.expected]
+    run.per_reply = requests_per_reply(emu.requests[since:], whole)
+    if whole:
+        run.replies_per_s = len(whole) / (max(monitor.last_send_of[c] for c in whole)
+                                          - min(mention_at.values()))
     proc.terminate()
     await proc.wait()
 
@@ -306,6 +324,25 @@ def _finish(run: Run, result: dict[str, Any], emu: DiscordEmulator) -> None:
     run.sends = len(emu.requests_to(SEND_MESSAGE, status=200))
     run.rate_limited = len(emu.requests_to(SEND_MESSAGE, status=429))
     run.profile = result.get("profile")
+
+
+def requests_per_reply(requests: list[RecordedRequest], channels: list[int]
+                       ) -> dict[str, float]:
+    """The REST requests of `channels` (each answered with one whole reply), per reply:
+    every request the emulator recorded with the channel in its route."""
+    wanted = {str(c) for c in channels}
+    counts = {"sends": 0, "typing": 0, "history": 0, "all": 0}
+    for r in requests:
+        if r.params.get("channel_id") not in wanted:
+            continue
+        counts["all"] += 1
+        if r.route == SEND_MESSAGE:
+            counts["sends"] += 1
+        elif r.route == TYPING:
+            counts["typing"] += 1
+        elif r.route == HISTORY:
+            counts["history"] += 1
+    return {k: v / len(channels) for k, v in counts.items()} if channels else counts
 
 
 def send_lags(calls: list[tuple[str, float]], emu: DiscordEmulator) -> list[float]:
@@ -328,9 +365,11 @@ def send_lags(calls: list[tuple[str, float]], emu: DiscordEmulator) -> list[floa
 
 
 def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
-            compare_sweep: bool = False) -> Section:
+            compare_sweep: bool = False, compare_requests: bool = False) -> Section:
     """`compare_sweep` runs the largest N a second time, in the same run, with discord.py's
-    own rate-limit bucket sweep instead of the amortized one (`discord_io.rate_limits`)."""
+    own rate-limit bucket sweep instead of the amortized one (`discord_io.rate_limits`);
+    `compare_requests` with the requests per reply of before D50–D52 (typing after every
+    message, history over REST): the replies per second the global limit allows."""
     section = Section("full_bot", "7. The whole bot through the gateway (N channels "
                                   "streaming at once)")
     runs = [run_async(partial(_one_run, n)) for n in sizes]
@@ -342,6 +381,23 @@ def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
         section.details["discord_py_sweep"] = before
         section.add(f"CPU per turn, discord.py's sweep ÷ amortized (N={n})",
                     before["cpu_ms_per_turn"] / largest["cpu_ms_per_turn"], "×")
+    section.add(f"REST requests per whole reply (N={n})", largest["per_reply"].get("all", 0.0),
+                "requests", goal="≤ 8 for a 7-message reply",
+                met=largest["per_reply"].get("all", 99.0) <= 8.0,
+                note=_per_reply_note(largest["per_reply"]))
+    if compare_requests:
+        before = run_async(partial(_one_run, n, requests="before")).summary()
+        section.details["requests_before"] = before
+        section.add(f"REST requests per whole reply, before D50–D52 (N={n})",
+                    before["per_reply"].get("all", 0.0), "requests",
+                    note=_per_reply_note(before["per_reply"]))
+        if before["replies_per_s"]:
+            section.add(f"replies per second under the global limit, now ÷ before (N={n})",
+                        largest["replies_per_s"] / before["replies_per_s"], "×",
+                        note=f"{largest['replies_per_s']:.2f}/s against "
+                             f"{before['replies_per_s']:.2f}/s; requests per reply "
+                             f"{before['per_reply'].get('all', 0.0):.2f} → "
+                             f"{largest['per_reply'].get('all', 0.0):.2f}")
     section.add(f"mention → first message p50 (N={n})", largest["first_send_p50_ms"], "ms",
                 note=_floor_note())
     section.add(f"mention → first message p99 (N={n})", largest["first_send_p99_ms"], "ms")
@@ -364,6 +420,11 @@ def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
     return section
 
 
+def _per_reply_note(per_reply: dict[str, float]) -> str:
+    return (f"{per_reply.get('sends', 0.0):.2f} sends, {per_reply.get('typing', 0.0):.2f} "
+            f"typing, {per_reply.get('history', 0.0):.2f} history reads")
+
+
 def _floor_note() -> str:
     chunks_per_message = 2000 // CHUNK_CHARS
     floor_ms = 1000 * CHUNK_INTERVAL_S * chunks_per_message
@@ -380,6 +441,8 @@ def table(section: Section) -> list[str]:
     variant = section.details.get("discord_py_sweep")
     rows = [("", r) for r in section.details.get("runs", [])]
     rows += [(" (discord.py's sweep)", variant)] if variant else []
+    before = section.details.get("requests_before")
+    rows += [(" (requests before D50–D52)", before)] if before else []
     for label, r in rows:
         lines.append(
             f"| {r['channels']:,}{label} | {r['first_send_p50_ms']:.0f} ms | "

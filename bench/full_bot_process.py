@@ -25,6 +25,9 @@ import yarl
 from pydantic import SecretStr
 
 from discord_io import rate_limits
+from discord_io.history import recent_messages
+from discord_io.history_cache import GatewayHistory
+from discord_io.typing_indicator import TypingIndicator
 from providers import ProviderConfig
 from turn_engine import bot as bot_module
 from turn_engine.settings import AppSettings, JournalSettings
@@ -74,6 +77,23 @@ def _restore_discord_py_sweep(client: discord.Client) -> None:
     setattr(http, rate_limits._AMORTIZED, True)
 
 
+def _requests_as_before() -> None:
+    """The side-by-side variant of the requests per reply: the bot as it was before
+    D50–D52, a typing post right after every message and every history read over REST."""
+    original_init = TypingIndicator.__init__
+
+    def typing_init(self: TypingIndicator, trigger: Any, *, interval_s: float = 8.0,
+                    retype_after_s: float = 0.0) -> None:
+        original_init(self, trigger, interval_s=interval_s, retype_after_s=0.0)
+
+    async def read(self: GatewayHistory, channel: Any, *, limit: int,
+                   before: Any = None) -> list[discord.Message]:
+        return await recent_messages(channel, limit=limit, before=before)
+
+    TypingIndicator.__init__ = typing_init  # type: ignore[method-assign]
+    GatewayHistory.read = read  # type: ignore[method-assign]
+
+
 def main() -> int:
     config = json.loads(Path(sys.argv[1]).read_text())
     if config.get("core") is not None:
@@ -84,6 +104,8 @@ def main() -> int:
     calls: list[tuple[str, float]] = []
     _record_turn_ends(ends)
     _record_send_calls(calls)
+    if config.get("requests") == "before":
+        _requests_as_before()
     settings = AppSettings(
         discord_token=SecretStr(config["token"]),
         provider=ProviderConfig(kind="openai", model="bench", base_url=config["provider_url"]),

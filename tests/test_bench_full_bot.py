@@ -1,7 +1,8 @@
 """Smoke test of benchmark 7 (`python -m bench --only full_bot`): the real bot process against
 the emulated gateway and REST and the paced model, with two channels. It checks that the
 harness measures what it says — every reply whole, the killed turn Stopped, lags computed
-for the sends that waited out the bucket — and asserts no timing (real time, two processes:
+for the sends that waited out the bucket, the requests per reply counted — and asserts no
+timing (real time, two processes:
 BENCHMARKS.md is where the figures are judged). Covers D2 and D3 end to end."""
 
 from __future__ import annotations
@@ -15,8 +16,14 @@ from bench.report import render
 
 def test_two_channels_through_the_whole_bot() -> None:
     # covers D2 (sends within Discord's buckets, nothing refused), D3 (/kill Stopped)
-    section = full_bot.measure(sizes=(2,), profile_largest=False)
+    section = full_bot.measure(sizes=(2,), profile_largest=False, compare_requests=True)
     [run] = section.details["runs"]
+    # covers D50, D52: the whole reply cost its 7 sends and one typing post, no history read;
+    # the side-by-side variant (before D50-D52) typed after messages and read over REST
+    assert run["per_reply"] == {"sends": 7, "typing": 1, "history": 0, "all": 8}
+    before = section.details["requests_before"]
+    assert before["per_reply"]["typing"] > 1 and before["per_reply"]["history"] == 1
+    assert run["replies_per_s"] > 0 and before["replies_per_s"] > 0
     assert run["channels"] == 2 and run["kills"] == 1 and run["stopped"] == 1
     assert run["complete"] == run["expected_complete"] == 1
     assert run["rate_limited"] == 0
