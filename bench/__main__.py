@@ -48,7 +48,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "per_turn": {"turns": 100, "repeats": 2, "profile_turns": 50},
     "peers": {"turns": 10, "repeats": 2},
     "concurrency": {"turns": 500, "sample": 50, "repeats": 1},
-    "over_http": {"chunks": 2_000, "repeats": 2},
+    "over_http": {"chunks": 2_000, "repeats": 2, "min_sample_s": 0.0},
     "growth": {"sizes": (1, 10, 100), "repeats": 1, "min_turns": 100},
     "full_bot": {"sizes": full_bot.QUICK_SIZES, "profile_largest": False},
     "redis_scale": {"kill_rounds": 20, "leases": 100, "renewals": 5, "turns": 100,

@@ -33,6 +33,11 @@ class Figure:
     goal: str | None = None
     met: bool | None = None
     note: str = ""
+    spread: tuple[float, float] | None = None
+    """Lowest and highest sample of a judged figure (`Section.judged`)."""
+    samples: int = 0
+    flag: str = ""
+    """Why a goal figure has no verdict (impossible, unresolved: `bench.verdict`)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,6 +55,19 @@ class Section:
     def add(self, name: str, value: float, unit: str, goal: str | None = None,
             met: bool | None = None, note: str = "") -> Figure:
         fig = Figure(name, float(value), unit, goal, met, note)
+        self.figures.append(fig)
+        return fig
+
+    def judged(self, name: str, samples: Sequence[float], unit: str, *, goal: str,
+               at_most: float | None = None, at_least: float | None = None,
+               floor: float | None = None, note: str = "") -> Figure:
+        """A goal figure from its samples (one per repeat): their median, their spread, and
+        the verdict `bench.verdict.judge` gives — never "met" for an impossible value."""
+        from .verdict import judge
+
+        verdict = judge(samples, at_most=at_most, at_least=at_least, floor=floor)
+        fig = Figure(name, verdict.value, unit, goal, verdict.met, note,
+                     (verdict.low, verdict.high), verdict.samples, verdict.flag)
         self.figures.append(fig)
         return fig
 

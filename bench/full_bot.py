@@ -331,11 +331,12 @@ def requests_per_reply(requests: list[RecordedRequest], channels: list[int]
     """The REST requests of `channels` (each answered with one whole reply), per reply:
     every request the emulator recorded with the channel in its route."""
     wanted = {str(c) for c in channels}
-    counts = {"sends": 0, "typing": 0, "history": 0, "all": 0}
+    counts = {"sends": 0, "typing": 0, "history": 0, "all": 0, "refused": 0}
     for r in requests:
         if r.params.get("channel_id") not in wanted:
             continue
         counts["all"] += 1
+        counts["refused"] += r.status == 429
         if r.route == SEND_MESSAGE:
             counts["sends"] += 1
         elif r.route == TYPING:
@@ -422,7 +423,8 @@ def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
 
 def _per_reply_note(per_reply: dict[str, float]) -> str:
     return (f"{per_reply.get('sends', 0.0):.2f} sends, {per_reply.get('typing', 0.0):.2f} "
-            f"typing, {per_reply.get('history', 0.0):.2f} history reads")
+            f"typing, {per_reply.get('history', 0.0):.2f} history reads; "
+            f"{per_reply.get('refused', 0.0):.2f} of all refused with a 429 (and sent again)")
 
 
 def _floor_note() -> str:

@@ -12,6 +12,8 @@ another process, so its work is not counted).
 
 from __future__ import annotations
 
+import math
+
 import aiohttp
 
 from fsm.engine.provider import AbortSignal, PassRequest, TextDelta
@@ -21,6 +23,10 @@ from .sse_server import running
 from .workload import Engine, chunk_texts
 
 GOAL_OVERHEAD_PCT = 10.0
+MIN_SAMPLE_S = 2.0
+"""Each sample streams the chunks as many times as it takes to last this long (the client
+alone): 0.25 s samples could not resolve a 10 % goal on a shared machine and once measured
+the engine 9.7 % cheaper than the client it wraps (D54)."""
 VARIANTS = ("client", "engine", "engine_nojournal")
 
 
@@ -38,7 +44,8 @@ def _request() -> PassRequest:
                        function_history=[], pass_index=1)
 
 
-async def _rounds(base_url: str, chunks: int, repeats: int) -> dict[str, list[float]]:
+async def _rounds(base_url: str, chunks: int, repeats: int,
+                  min_sample_s: float) -> dict[str, list[float]]:
     from providers import ProviderConfig, build_provider
 
     config = ProviderConfig(kind="openai", model="bench", base_url=base_url)
@@ -48,29 +55,35 @@ async def _rounds(base_url: str, chunks: int, repeats: int) -> dict[str, list[fl
     async with aiohttp.ClientSession(connector=connector) as session:
         provider = build_provider(config, session)
 
+        streams = 1
+
         async def bare() -> tuple[float, float]:
-            parts: list[str] = []
             with Clock() as clock:
-                async for event in provider.stream(_request(), AbortSignal()):
-                    if isinstance(event, TextDelta):
-                        parts.append(event.text)
-            assert "".join(parts) == expected, "the bare client lost chunks"
+                for _ in range(streams):
+                    parts: list[str] = []
+                    async for event in provider.stream(_request(), AbortSignal()):
+                        if isinstance(event, TextDelta):
+                            parts.append(event.text)
+                    assert "".join(parts) == expected, "the bare client lost chunks"
             return clock.wall, clock.cpu
 
         async def through_engine(journal: bool = True) -> tuple[float, float]:
             engine = Engine(journal=journal)
-            turn, lock, channel = engine.turn("http", provider)
             with Clock() as clock:
-                result = await turn.run()
-            engine.locks.release(lock)
-            assert result.status == "completed", (result.status, result.error)
-            assert channel.text == expected, "the engine lost chunks"
+                for _ in range(streams):
+                    turn, lock, channel = engine.turn("http", provider)
+                    result = await turn.run()
+                    engine.locks.release(lock)
+                    assert result.status == "completed", (result.status, result.error)
+                    assert channel.text == expected, "the engine lost chunks"
             return clock.wall, clock.cpu
 
         runs = {"client": bare, "engine": through_engine,
                 "engine_nojournal": lambda: through_engine(journal=False)}
-        await bare()  # warm: connection, code paths
+        wall, _ = await bare()  # warm: connection, code paths; and how long one stream is
         await through_engine()
+        streams = max(1, math.ceil(min_sample_s / wall))
+        samples["streams_per_sample"] = [float(streams)]
         for i in range(repeats):
             order = list(runs) if i % 2 == 0 else list(reversed(runs))
             for key in order:
@@ -80,27 +93,32 @@ async def _rounds(base_url: str, chunks: int, repeats: int) -> dict[str, list[fl
     return samples
 
 
-def measure(chunks: int = 20_000, repeats: int = 5) -> Section:
+def measure(chunks: int = 20_000, repeats: int = 5,
+            min_sample_s: float = MIN_SAMPLE_S) -> Section:
     section = Section("over_http", f"5. Over real HTTP ({chunks:,} SSE chunks, loopback)")
     if not providers_available():
         section.add("engine overhead over the bare provider client", float("nan"), "%",
                     f"≤ {GOAL_OVERHEAD_PCT:g} %", None, "pending: providers/ not importable")
         return section
     with running(chunks) as base_url:
-        samples = run_async(lambda: _rounds(base_url, chunks, repeats))
+        samples = run_async(lambda: _rounds(base_url, chunks, repeats, min_sample_s))
+    streams = int(samples.pop("streams_per_sample")[0])
     wall = [100 * (e / c - 1) for e, c in zip(samples["engine_wall"], samples["client_wall"],
                                                strict=True)]
     cpu = [100 * (e / c - 1) for e, c in zip(samples["engine_cpu"], samples["client_cpu"],
                                               strict=True)]
-    wall_pct, cpu_pct = median(wall), median(cpu)
-    client_us = 1e6 * median(samples["client_wall"]) / chunks
-    engine_us = 1e6 * median(samples["engine_wall"]) / chunks
-    section.add("engine overhead over the bare provider client (wall)", wall_pct, "%",
-                f"≤ {GOAL_OVERHEAD_PCT:g} %", wall_pct <= GOAL_OVERHEAD_PCT,
-                f"client {client_us:.1f} µs/chunk, through the engine {engine_us:.1f} µs/chunk")
-    section.add("engine overhead over the bare provider client (client CPU)", cpu_pct, "%",
-                f"≤ {GOAL_OVERHEAD_PCT:g} %", cpu_pct <= GOAL_OVERHEAD_PCT,
-                f"client CPU {1e6 * median(samples['client_cpu']) / chunks:.1f} µs/chunk")
+    streamed = chunks * streams
+    client_us = 1e6 * median(samples["client_wall"]) / streamed
+    engine_us = 1e6 * median(samples["engine_wall"]) / streamed
+    goal = f"≤ {GOAL_OVERHEAD_PCT:g} %"
+    section.judged("engine overhead over the bare provider client (wall)", wall, "%",
+                   goal=goal, at_most=GOAL_OVERHEAD_PCT, floor=0.0,
+                   note=f"client {client_us:.1f} µs/chunk, through the engine {engine_us:.1f} "
+                        f"µs/chunk; {streams} stream(s) a sample")
+    section.judged("engine overhead over the bare provider client (client CPU)", cpu, "%",
+                   goal=goal, at_most=GOAL_OVERHEAD_PCT, floor=0.0,
+                   note=f"client CPU {1e6 * median(samples['client_cpu']) / streamed:.1f} "
+                        "µs/chunk")
     for key, label in (("engine_nojournal", "journal off"),):
         pct = median([100 * (e / c - 1) for e, c in zip(samples[f"{key}_wall"],
                                                         samples["client_wall"], strict=True)])
@@ -108,7 +126,7 @@ def measure(chunks: int = 20_000, repeats: int = 5) -> Section:
                                                             samples["client_cpu"], strict=True)])
         section.add(f"engine overhead, {label} (wall)", pct, "%",
                     note=f"client CPU {cpu_alt:+.1f} %")
-    section.add("chunks per second through the engine", chunks / median(samples["engine_wall"]),
-                "chunks/s")
+    section.add("chunks per second through the engine",
+                streamed / median(samples["engine_wall"]), "chunks/s")
     section.details["samples_s"] = samples
     return section

@@ -58,13 +58,15 @@ def measure(turns: int = 2000, repeats: int = 5, profile_turns: int = 500,
                          "us_per_turn": 1e6 * median(walls) / turns,
                          "gc_pct": 100 * median(gcs) / median(walls)}
     main = figures["engine (journal on)"]
-    section.add("typical turns per second (journal on)", main["turns_per_s"], "turns/s",
-                f"≥ {GOAL_TURNS_PER_S:,.0f}/s", main["turns_per_s"] >= GOAL_TURNS_PER_S,
-                f"{main['us_per_turn']:.0f} µs/turn; {main['turns_per_cpu_s']:,.0f} per CPU-s; "
-                f"GC {main['gc_pct']:.1f} % of wall")
-    section.add("typical turns per CPU-second (journal on)", main["turns_per_cpu_s"], "turns/s",
-                f"≥ {GOAL_TURNS_PER_S:,.0f}/s", main["turns_per_cpu_s"] >= GOAL_TURNS_PER_S,
-                "the event loop thread's CPU time: what one core does, whatever else runs")
+    runs = samples["engine (journal on)"]
+    section.judged("typical turns per second (journal on)", [turns / s[0] for s in runs],
+                   "turns/s", goal=f"≥ {GOAL_TURNS_PER_S:,.0f}/s", at_least=GOAL_TURNS_PER_S,
+                   note=f"{main['us_per_turn']:.0f} µs/turn; {main['turns_per_cpu_s']:,.0f} per "
+                        f"CPU-s; GC {main['gc_pct']:.1f} % of wall")
+    section.judged("typical turns per CPU-second (journal on)", [turns / s[1] for s in runs],
+                   "turns/s", goal=f"≥ {GOAL_TURNS_PER_S:,.0f}/s", at_least=GOAL_TURNS_PER_S,
+                   note="the event loop thread's CPU time: what one core does, whatever else "
+                        "runs")
     for name in names[1:]:
         fig = figures[name]
         section.add(f"turns per second, {name}", fig["turns_per_s"], "turns/s",

@@ -4,24 +4,41 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import Section, fmt
+from .common import Figure, Section, fmt
 from .full_bot import table as full_bot_table
 from .growth import table as growth_table
 from .profiling import format_profile
 from .splitter import table as splitter_table
 
 
-def _met(met: bool | None) -> str:
-    if met is None:
+def _met(fig: Figure) -> str:
+    if fig.flag:
+        return f"**not judged: {fig.flag.split(':', 1)[0]}**"
+    if fig.met is None:
         return ""
-    return "met" if met else "**missed**"
+    return "met" if fig.met else "**missed**"
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
+
+
+def _note(fig: Figure) -> str:
+    """The note, with a judged figure's spread and a flag's reason."""
+    parts = [fig.note] if fig.note else []
+    if fig.spread is not None:
+        low, high = fig.spread
+        parts.append(f"spread {_number(low)}–{_number(high)} {fig.unit} over {fig.samples}")
+    if fig.flag:
+        parts.append(fig.flag)
+    return "; ".join(parts)
 
 
 def figures_table(section: Section) -> list[str]:
     lines = ["| figure | value | goal | met? | note |", "| --- | ---: | --- | --- | --- |"]
     for fig in section.figures:
         lines.append(f"| {fig.name} | {fmt(fig.value, fig.unit)} | {fig.goal or ''} | "
-                     f"{_met(fig.met)} | {fig.note} |")
+                     f"{_met(fig)} | {_note(fig)} |")
     return lines
 
 
@@ -32,7 +49,7 @@ def goals(sections: list[Section]) -> list[str]:
         for fig in section.figures:
             if fig.goal:
                 lines.append(f"| {item} | {fig.name}: {fig.goal} | {fmt(fig.value, fig.unit)} "
-                             f"| {_met(fig.met)} |")
+                             f"| {_met(fig)} |")
     return lines
 
 

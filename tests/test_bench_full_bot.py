@@ -20,7 +20,7 @@ def test_two_channels_through_the_whole_bot() -> None:
     [run] = section.details["runs"]
     # covers D50, D52: the whole reply cost its 7 sends and one typing post, no history read;
     # the side-by-side variant (before D50-D52) typed after messages and read over REST
-    assert run["per_reply"] == {"sends": 7, "typing": 1, "history": 0, "all": 8}
+    assert run["per_reply"] == {"sends": 7, "typing": 1, "history": 0, "all": 8, "refused": 0}
     before = section.details["requests_before"]
     assert before["per_reply"]["typing"] > 1 and before["per_reply"]["history"] == 1
     assert run["replies_per_s"] > 0 and before["replies_per_s"] > 0
