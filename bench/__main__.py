@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-bot-compare-requests", action="store_true",
                         help="full_bot: run the largest N again with the requests per reply "
                              "of before D50-D52, side by side")
+    parser.add_argument("--full-bot-compare-speedups", action="store_true",
+                        help="full_bot: run the largest N with uvloop and orjson on and off, "
+                             "side by side")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     keys = [k.strip() for k in args.only.split(",") if k.strip()] or list(RUNNERS)
@@ -109,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             kwargs["compare_sweep"] = True
         if key == "full_bot" and args.full_bot_compare_requests:
             kwargs["compare_requests"] = True
+        if key == "full_bot" and args.full_bot_compare_speedups:
+            kwargs["compare_speedups"] = True
         if key == "growth" and known:
             kwargs["known"] = known
         print(f"[bench] {key} …", file=sys.stderr, flush=True)

@@ -3,7 +3,9 @@
 REST with Discord's per-channel send buckets (5 per 5 s), and the gateway with two shards —
 and a paced loopback model (`paced_provider`), both in this driver process on another core.
 N channels each get one mention at once and stream a long reply; every tenth channel gets
-`/kill` (an INTERACTION_CREATE) a second after its first message.
+`/kill` (an INTERACTION_CREATE) a second after its first message. At every N the raw loop
+(`raw_loop_process`: plain discord.py + aiohttp, written for the benchmark) streams the same
+replies into the same channels in the same run, as the floor a user would write by hand.
 
 Per N it reports: mention to first message sent (p50/p99), how late each send that waited
 out an exhausted bucket came after the bucket reopened (p99: the lag behind the rate-limit
@@ -212,9 +214,12 @@ class Monitor:
 
 
 async def _one_run(channels: int, *, profile: bool = False, sweep: str = "amortized",
-                   requests: str = "now") -> Run:
+                   requests: str = "now", raw: bool = False,
+                   speedups: tuple[str, ...] | None = None) -> Run:
     """`requests="before"`: the bot as it was before D50–D52 (a typing post right after
-    every message, every history read over REST), side by side with the bot as it is."""
+    every message, every history read over REST), side by side with the bot as it is.
+    `raw`: the hand-written discord.py + aiohttp bot instead (`raw_loop_process`; it has no
+    /kill, so no channel is killed)."""
     text = reply_text()
     emu = DiscordEmulator(validate=False)
     emu.gateway.shards = 2
@@ -236,14 +241,16 @@ async def _one_run(channels: int, *, profile: bool = False, sweep: str = "amorti
                   "gateway_url": emu.gateway.url, "provider_url": provider_url,
                   "token": emu.token, "journal_dir": str(Path(tmp) / "journals"),
                   "out": str(out), "core": bot_core, "profile": profile, "turns": channels,
-                  "sweep": sweep, "requests": requests}
+                  "sweep": sweep, "requests": requests,
+                  "speedups": list(speedups) if speedups is not None else None}
         config_path = Path(tmp) / "config.json"
         config_path.write_text(json.dumps(config))
+        module = "bench.raw_loop_process" if raw else "bench.full_bot_process"
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.full_bot_process", str(config_path), cwd=ROOT,
+            sys.executable, "-m", module, str(config_path), cwd=ROOT,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            await _measure(emu, proc, ids, text, run)
+            await _measure(emu, proc, ids, text, run, kills=not raw)
         finally:
             if proc.returncode is None:
                 proc.terminate()
@@ -261,13 +268,13 @@ async def _one_run(channels: int, *, profile: bool = False, sweep: str = "amorti
 
 
 async def _measure(emu: DiscordEmulator, proc: asyncio.subprocess.Process, ids: list[int],
-                   text: str, run: Run) -> None:
+                   text: str, run: Run, *, kills: bool = True) -> None:
     gateway = emu.gateway
 
     def ready() -> bool:
         sessions = [s for s in gateway.sessions.values() if s.connection is not None]
-        return len(sessions) == 2 and any(c.get("name") == "kill"
-                                          for c in emu.commands.get(None, []))
+        return len(sessions) == 2 and (not kills or any(
+            c.get("name") == "kill" for c in emu.commands.get(None, [])))
 
     await gateway.wait_for(ready, timeout=READY_TIMEOUT_S)
     await asyncio.sleep(3.0)  # discord.py waits out guild_ready_timeout before it is ready
@@ -275,7 +282,7 @@ async def _measure(emu: DiscordEmulator, proc: asyncio.subprocess.Process, ids: 
     run.rss_ready = _proc_rss(proc.pid)
     cpu0, driver0, t0 = _proc_cpu_s(proc.pid), time.process_time(), time.monotonic()
     waiting0, load0 = _proc_waiting_s(proc.pid), _load()
-    kill = set(ids[::KILL_EVERY])
+    kill = set(ids[::KILL_EVERY]) if kills else set()
     mention_at: dict[int, float] = {}
     monitor = Monitor(emu, ids, text, mention_at, kill)
     peak = [run.rss_ready]
@@ -366,7 +373,8 @@ def send_lags(calls: list[tuple[str, float]], emu: DiscordEmulator) -> list[floa
 
 
 def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
-            compare_sweep: bool = False, compare_requests: bool = False) -> Section:
+            compare_sweep: bool = False, compare_requests: bool = False,
+            raw_loop: bool = True, compare_speedups: bool = False) -> Section:
     """`compare_sweep` runs the largest N a second time, in the same run, with discord.py's
     own rate-limit bucket sweep instead of the amortized one (`discord_io.rate_limits`);
     `compare_requests` with the requests per reply of before D50–D52 (typing after every
@@ -375,6 +383,15 @@ def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
                                   "streaming at once)")
     runs = [run_async(partial(_one_run, n)) for n in sizes]
     section.details["runs"] = [r.summary() for r in runs]
+    if raw_loop:  # the floor: what a user would write by hand, at every N of the same run
+        raws = [run_async(partial(_one_run, n, raw=True)).summary() for n in sizes]
+        section.details["raw_loop"] = raws
+        for ours, raw in zip(section.details["runs"], raws, strict=True):
+            section.add(f"CPU per turn, the raw loop ÷ the bot (N={ours['channels']})",
+                        raw["cpu_ms_per_turn"] / ours["cpu_ms_per_turn"], "×",
+                        note=f"raw loop {raw['cpu_ms_per_turn']:.1f} ms, the bot "
+                             f"{ours['cpu_ms_per_turn']:.1f} ms; raw replies whole "
+                             f"{raw['complete']}/{raw['expected_complete']}")
     largest = runs[-1].summary()
     n = largest["channels"]
     if compare_sweep:
@@ -399,6 +416,8 @@ def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
                              f"{before['replies_per_s']:.2f}/s; requests per reply "
                              f"{before['per_reply'].get('all', 0.0):.2f} → "
                              f"{largest['per_reply'].get('all', 0.0):.2f}")
+    if compare_speedups:
+        _speedups(section, n)
     section.add(f"mention → first message p50 (N={n})", largest["first_send_p50_ms"], "ms",
                 note=_floor_note())
     section.add(f"mention → first message p99 (N={n})", largest["first_send_p99_ms"], "ms")
@@ -419,6 +438,32 @@ def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
         section.details["profile"] = profiled.profile
         section.details["profiled_run"] = profiled.summary()
     return section
+
+
+SPEEDUPS: dict[str, tuple[str, ...]] = {
+    "asyncio, stdlib json": (), "uvloop": ("uvloop",), "orjson": ("orjson",),
+    "uvloop + orjson": ("uvloop", "orjson")}
+"""The event loop and JSON variants of 7d (`full_bot_process._json_speedups`)."""
+
+
+def _speedups(section: Section, n: int) -> None:
+    """The largest N once per variant, interleaved in two rounds (the variants meet the same
+    load), CPU per turn of each against the baseline's of the same round."""
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in SPEEDUPS}
+    for order in (list(SPEEDUPS), list(reversed(SPEEDUPS))):
+        for name in order:
+            rounds[name].append(run_async(partial(_one_run, n, speedups=SPEEDUPS[name]))
+                                .summary())
+    section.details["speedups"] = rounds
+    base = rounds["asyncio, stdlib json"]
+    for name, runs in rounds.items():
+        ratios = [r["cpu_ms_per_turn"] / b["cpu_ms_per_turn"] for r, b in zip(runs, base,
+                                                                               strict=True)]
+        per_turn = ", ".join(f"{r['cpu_ms_per_turn']:.2f}" for r in runs)
+        section.add(f"CPU per turn, {name} ÷ asyncio with stdlib json (N={n})",
+                    max(ratios), "×",
+                    note=f"{', '.join(f'{r:.2f}' for r in ratios)} in the two rounds (the "
+                         f"higher shown); {per_turn} ms a turn")
 
 
 def _per_reply_note(per_reply: dict[str, float]) -> str:
@@ -445,6 +490,7 @@ def table(section: Section) -> list[str]:
     rows += [(" (discord.py's sweep)", variant)] if variant else []
     before = section.details.get("requests_before")
     rows += [(" (requests before D50–D52)", before)] if before else []
+    rows += [(" (raw loop)", raw) for raw in section.details.get("raw_loop", [])]
     for label, r in rows:
         lines.append(
             f"| {r['channels']:,}{label} | {r['first_send_p50_ms']:.0f} ms | "

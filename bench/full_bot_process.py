@@ -11,6 +11,7 @@ discord.py's own bucket sweep (the side-by-side variant of BENCHMARKS.md 7c).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -94,6 +95,37 @@ def _requests_as_before() -> None:
     GatewayHistory.read = read  # type: ignore[method-assign]
 
 
+def _json_speedups(use_orjson: bool) -> None:
+    """The JSON side of the speed-ups, measured side by side (BENCHMARKS.md 7d): with
+    `use_orjson`, orjson for discord.py (what `discord.py[speed]` brings), the SSE decoder
+    and the journals; without, the standard library's everywhere, even where orjson is
+    installed."""
+    import providers.sse
+    from turn_engine import journals
+
+    if not use_orjson:
+        discord.utils._from_json = json.loads
+        discord.utils._to_json = lambda obj: json.dumps(obj, separators=(",", ":"),
+                                                        ensure_ascii=True)
+        return
+    import orjson
+
+    discord.utils._from_json = orjson.loads
+    discord.utils._to_json = lambda obj: orjson.dumps(obj).decode("utf-8")
+    providers.sse.json = types.SimpleNamespace(  # type: ignore[assignment]
+        loads=orjson.loads, JSONDecodeError=json.JSONDecodeError)
+    stdlib_encode = journals.encode_journal
+
+    def encode(document: dict[str, Any]) -> bytes:
+        try:
+            return orjson.dumps(document, default=journals.jsonable,
+                                option=orjson.OPT_NON_STR_KEYS) + b"\n"
+        except (TypeError, orjson.JSONEncodeError):  # a lone surrogate, an odd key
+            return stdlib_encode(document)
+
+    journals.encode_journal = encode
+
+
 def main() -> int:
     config = json.loads(Path(sys.argv[1]).read_text())
     if config.get("core") is not None:
@@ -106,6 +138,9 @@ def main() -> int:
     _record_send_calls(calls)
     if config.get("requests") == "before":
         _requests_as_before()
+    speedups = config.get("speedups")
+    if speedups is not None:
+        _json_speedups("orjson" in speedups)
     settings = AppSettings(
         discord_token=SecretStr(config["token"]),
         provider=ProviderConfig(kind="openai", model="bench", base_url=config["provider_url"]),
@@ -123,6 +158,11 @@ def main() -> int:
     if config.get("profile"):
         profile = profile_async(serve, per=max(1, int(config["turns"])), top=20,
                                 timer=time.process_time)
+    elif speedups is not None and "uvloop" in speedups:
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(serve())
     else:
         from .common import run_async
 

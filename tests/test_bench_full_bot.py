@@ -24,6 +24,9 @@ def test_two_channels_through_the_whole_bot() -> None:
     before = section.details["requests_before"]
     assert before["per_reply"]["typing"] > 1 and before["per_reply"]["history"] == 1
     assert run["replies_per_s"] > 0 and before["replies_per_s"] > 0
+    # the raw loop streamed the same replies whole into the same channels, killing none
+    [raw] = section.details["raw_loop"]
+    assert raw["complete"] == raw["expected_complete"] == 2 and raw["kills"] == 0
     assert run["channels"] == 2 and run["kills"] == 1 and run["stopped"] == 1
     assert run["complete"] == run["expected_complete"] == 1
     assert run["rate_limited"] == 0
