@@ -123,6 +123,8 @@ class Run:
     per_reply: dict[str, float] = field(default_factory=dict)
     """REST requests per whole reply (sends, typing posts, history reads, all), over the
     channels that were not killed."""
+    errors: int = 0
+    """Tracebacks the bot process printed."""
     replies_per_s: float = 0.0
     """Whole replies over the time from the first mention to the last reply's last send."""
 
@@ -147,7 +149,7 @@ class Run:
             "complete": self.complete, "expected_complete": self.expected_complete,
             "stopped": self.stopped, "sends": self.sends, "rate_limited": self.rate_limited,
             "active_s": self.active_s, "per_reply": self.per_reply,
-            "replies_per_s": self.replies_per_s,
+            "replies_per_s": self.replies_per_s, "errors": self.errors,
         }
 
 
@@ -246,15 +248,19 @@ async def _one_run(channels: int, *, profile: bool = False, sweep: str = "amorti
         config_path = Path(tmp) / "config.json"
         config_path.write_text(json.dumps(config))
         module = "bench.raw_loop_process" if raw else "bench.full_bot_process"
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", module, str(config_path), cwd=ROOT,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        log_path = Path(tmp) / "stderr.log"  # a file: a chatty bot must not block on a pipe
+        with log_path.open("wb") as log_file:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", module, str(config_path), cwd=ROOT,
+                stdout=subprocess.DEVNULL, stderr=log_file)
         try:
             await _measure(emu, proc, ids, text, run, kills=not raw)
         finally:
             if proc.returncode is None:
                 proc.terminate()
-            _, stderr = await proc.communicate()
+            await proc.wait()
+            stderr = log_path.read_bytes()
+            run.errors = stderr.count(b"Traceback")
             await emu.stop(check=False)
             await provider.stop()
             if driver_core is not None:
