@@ -126,16 +126,23 @@ def _json_speedups(use_orjson: bool) -> None:
     journals.encode_journal = encode
 
 
-def main() -> int:
+def prepared() -> tuple[dict[str, Any], list[tuple[str, float]]]:
+    """A bot process of the benchmark set up from its config (argv[1]): pinned to its core,
+    discord.py pointed at the emulator, its sends' calls recorded; the config and calls."""
     config = json.loads(Path(sys.argv[1]).read_text())
     if config.get("core") is not None:
         os.sched_setaffinity(0, {int(config["core"])})
     logging.basicConfig(level=logging.ERROR)
     _point_discord_py(config)
-    ends: list[dict[str, Any]] = []
     calls: list[tuple[str, float]] = []
-    _record_turn_ends(ends)
     _record_send_calls(calls)
+    return config, calls
+
+
+def main() -> int:
+    config, calls = prepared()
+    ends: list[dict[str, Any]] = []
+    _record_turn_ends(ends)
     if config.get("requests") == "before":
         _requests_as_before()
     speedups = config.get("speedups")
@@ -167,11 +174,17 @@ def main() -> int:
         from .common import run_async
 
         run_async(serve)
+    write_result(config, ends, calls, profile)
+    return 0
+
+
+def write_result(config: dict[str, Any], ends: list[dict[str, Any]],
+                 calls: list[tuple[str, float]], profile: dict[str, Any] | None) -> None:
+    """What the driver reads back: the turns' ends, the sends' calls, the process's CPU."""
     usage = os.times()
     Path(config["out"]).write_text(json.dumps({
         "ends": ends, "send_calls": calls, "cpu_s": usage.user + usage.system,
         "profile": profile}))
-    return 0
 
 
 if __name__ == "__main__":

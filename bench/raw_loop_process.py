@@ -15,18 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import os
 import signal
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import discord
 
-from .full_bot_process import _point_discord_py, _record_send_calls
+from .full_bot_process import prepared, write_result
 
 LIMIT = 2000
 
@@ -63,14 +59,8 @@ async def _answer(session: aiohttp.ClientSession, url: str, message: discord.Mes
 
 
 def main() -> int:
-    config = json.loads(Path(sys.argv[1]).read_text())
-    if config.get("core") is not None:
-        os.sched_setaffinity(0, {int(config["core"])})
-    logging.basicConfig(level=logging.ERROR)
-    _point_discord_py(config)
+    config, calls = prepared()
     ends: list[dict[str, Any]] = []
-    calls: list[tuple[str, float]] = []
-    _record_send_calls(calls)
 
     async def serve() -> None:
         intents = discord.Intents(guilds=True, guild_messages=True, message_content=True)
@@ -92,10 +82,7 @@ def main() -> int:
     from .common import run_async
 
     run_async(serve)
-    usage = os.times()
-    Path(config["out"]).write_text(json.dumps({
-        "ends": ends, "send_calls": calls, "cpu_s": usage.user + usage.system,
-        "profile": None}))
+    write_result(config, ends, calls, None)
     return 0
 
 
