@@ -10,6 +10,7 @@ from pathlib import Path
 import discord
 import pytest
 
+from discord_io.history import recent_messages
 from discord_io.redis_backend.connection import check_server, connect
 from discord_io.testing.redis_server import RedisServer, running_redis
 from turn_engine.bot import TurnBot
@@ -37,11 +38,14 @@ def test_redis_url_is_a_secret_and_unset_by_default(monkeypatch: pytest.MonkeyPa
 
 @pytest.mark.asyncio
 async def test_attached_bot_uses_the_redis_queue_and_kill(redis_server: RedisServer) -> None:
-    # covers D3, D4: with a URL the bot's messages and /kill go through Redis
+    # covers D3, D4, D53: with a URL the bot's messages and /kill go through Redis
     bot = TurnBot(discord.Client(intents=discord.Intents.default()), [])
     assert bot.scale_out is None
+    assert bot.history_read == bot.history_cache.read
     queue = attach_scale_out(bot, redis_server.url, worker_id="w1")
     assert bot.scale_out is queue and queue.worker_id == "w1"
+    # D53: another process may get a channel's events, so every history read is a fetch
+    assert bot.history_read is recent_messages
     kill = bot.tree.get_command("kill")
     assert kill is not None and kill.callback.__module__ == "discord_io.redis_backend.kill"
     await queue.start()

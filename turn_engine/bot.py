@@ -31,7 +31,7 @@ from discord_io.channel_rights import RightsCache
 from discord_io.delivery import DiscordChannel
 from discord_io.enrichment_tools import EnrichmentTools, discord_avatar_lookup
 from discord_io.exclusion import Exclusion, TurnAudience
-from discord_io.history import HistoryPolicy
+from discord_io.history import HistoryPolicy, HistoryRead, recent_messages
 from discord_io.history_cache import GatewayHistory
 from discord_io.kill_command import KillPermission, install_kill_command
 from discord_io.media_fetch import MediaFetcher
@@ -232,6 +232,13 @@ class TurnBot:
                 log.warning("turns still running after %.0f s; cancelling them", grace_s)
         await self.aclose()
 
+    @property
+    def history_read(self) -> HistoryRead:
+        """How turns read history: from the gateway's windows (D51), except with the Redis
+        backend, where a channel's events may reach another process than the one running
+        its turn, so no window here is known whole (D53)."""
+        return self.history_cache.read if self.scale_out is None else recent_messages
+
     def _requester(self, channel_id: str) -> int | None:
         return self.requesters.get(channel_id)
 
@@ -384,7 +391,7 @@ class TurnBot:
                                    attachments=self.attachments,
                                    waiting=len(self.queue.pending(channel_id)),
                                    read_history=self.rights.rights(message.channel).read_history,
-                                   read=self.history_cache.read)
+                                   read=self.history_read)
 
     async def _killable(self, lock: ChannelLock, work: Any, default: Any) -> Any:
         """Run `work` (the history read) so the lock's kill cancels it (D3): the engine turn
