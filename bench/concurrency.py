@@ -21,8 +21,7 @@ import time
 import tracemalloc as tm
 from typing import Any
 
-from fsm.engine.table import State
-from fsm.engine.turn import Turn
+from fsm import State, Turn
 
 from .common import ROOT, GcTimer, Section, median, percentile, rss_bytes, run_async, run_isolated
 from .whatif import whatif

@@ -16,7 +16,7 @@ import math
 
 import aiohttp
 
-from fsm.engine.provider import AbortSignal, PassRequest, TextDelta
+from fsm import AbortSignal, PassRequest, TextDelta
 
 from .common import Clock, Section, median, run_async
 from .sse_server import running

@@ -63,7 +63,7 @@ async def _idle_turns(queue: Any, count: int, prefix: str) -> None:
 async def _kill_target(url: str, rounds: int, background: int) -> None:
     from discord_io.redis_backend.connection import connect
     from discord_io.redis_backend.queue import RedisChannelQueue
-    from fsm.engine.locks import ChannelLock, ChannelLockRegistry
+    from fsm import ChannelLock, ChannelLockRegistry
 
     registry = ChannelLockRegistry()
 
@@ -100,8 +100,7 @@ async def _throughput_worker(url: str, worker: str, index: int, workers: int, tu
                              channels: int) -> None:
     from discord_io.redis_backend.connection import connect
     from discord_io.redis_backend.queue import RedisChannelQueue
-    from fsm.engine.locks import ChannelLock
-    from fsm.engine.turn import Turn
+    from fsm import ChannelLock, Turn
     from fsm.scenarios.scripted import InMemoryChannel
 
     from .workload import Engine, PlanProvider, check_typical, typical_plan
@@ -146,7 +145,7 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
 async def _kill_latencies(url: str, rounds: int, background: int) -> list[float]:
     from discord_io.redis_backend.connection import connect
     from discord_io.redis_backend.queue import RedisChannelQueue
-    from fsm.engine.locks import ChannelLockRegistry
+    from fsm import ChannelLockRegistry
 
     async def never(_m: tuple[str, str], _lock: Any) -> None:
         raise AssertionError("the killer runs no turns")
@@ -178,7 +177,7 @@ async def _kill_latencies(url: str, rounds: int, background: int) -> list[float]
 async def _upkeep(url: str, leases: int, renewals: int) -> dict[str, float]:
     from discord_io.redis_backend.connection import connect
     from discord_io.redis_backend.queue import RedisChannelQueue
-    from fsm.engine.locks import ChannelLock, ChannelLockRegistry
+    from fsm import ChannelLock, ChannelLockRegistry
 
     async def idle(_m: tuple[str, str], lock: ChannelLock) -> None:
         stopped = asyncio.Event()
@@ -214,8 +213,7 @@ async def _upkeep(url: str, leases: int, renewals: int) -> dict[str, float]:
 
 async def _local_throughput(turns: int, channels: int) -> dict[str, float]:
     from discord_io.channel_queue import ChannelQueue
-    from fsm.engine.locks import ChannelLock
-    from fsm.engine.turn import Turn
+    from fsm import ChannelLock, Turn
     from fsm.scenarios.scripted import InMemoryChannel
 
     from .workload import Engine, PlanProvider, check_typical, typical_plan

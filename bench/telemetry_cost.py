@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fsm.engine.turn import TurnObserver
+from fsm import TurnObserver
 from fsm.telemetry import TelemetryConfig, build_telemetry
 
 from .common import Clock, Section, median, run_async

@@ -19,19 +19,24 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from fsm.engine.config import TurnConfig
-from fsm.engine.locks import ChannelLock, ChannelLockRegistry
-from fsm.engine.provider import (
+from fsm import (
     AbortSignal,
+    ChannelLock,
+    ChannelLockRegistry,
     Finish,
+    FunctionTool,
     PassRequest,
     ProviderEvent,
     TextDelta,
     ToolCallRequest,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+    Turn,
+    TurnConfig,
+    TurnObserver,
+    TurnResult,
 )
-from fsm.engine.result import TurnResult
-from fsm.engine.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult
-from fsm.engine.turn import Turn, TurnObserver
 from fsm.journal import JournalRecorder
 from fsm.scenarios.scripted import InMemoryChannel
 

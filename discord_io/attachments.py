@@ -19,7 +19,7 @@ from typing import Any
 
 import discord
 
-from fsm.engine.user_text import quoted_name
+from fsm import quoted_name
 
 from .media_fetch import FetchError, FetchLimits, MediaFetcher
 from .media_frames import MediaError, image_mime

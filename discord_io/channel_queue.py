@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from fsm.engine.locks import ChannelLock, ChannelLockRegistry
+from fsm import ChannelLock, ChannelLockRegistry
 
 log = logging.getLogger(__name__)
 

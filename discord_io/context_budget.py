@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsm.engine.user_text import dialogue_text, quoted_name
+from fsm import dialogue_text, quoted_name
 
 ContextItem = dict[str, Any]
 ELLIPSIS = "…"

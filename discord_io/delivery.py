@@ -20,13 +20,7 @@ from typing import Any, Literal
 import aiohttp
 import discord
 
-from fsm.engine.channel import (
-    DeliveryCapReached,
-    DestinationUnavailable,
-    Notice,
-    NoticeKind,
-    TurnChannel,
-)
+from fsm import DeliveryCapReached, DestinationUnavailable, Notice, NoticeKind, TurnChannel
 
 from .exclusion import Readable
 from .links import unmask_links

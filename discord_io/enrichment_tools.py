@@ -20,10 +20,16 @@ from urllib.parse import parse_qs, urlsplit
 import discord
 from pydantic import BaseModel, ConfigDict, Field
 
-from fsm.engine.flags import EnrichmentKind
-from fsm.engine.stash import StashFull
-from fsm.engine.tools import NOT_AVAILABLE, FunctionTool, Tool, ToolContext, ToolResult
-from fsm.engine.user_text import quoted_name
+from fsm import (
+    NOT_AVAILABLE,
+    EnrichmentKind,
+    FunctionTool,
+    StashFull,
+    Tool,
+    ToolContext,
+    ToolResult,
+    quoted_name,
+)
 
 from .media_fetch import FetchError, FetchLimits, MediaFetcher
 from .media_frames import MediaError, image_mime, keyframes

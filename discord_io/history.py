@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 
 import discord
 
-from fsm.engine.user_text import quoted_name
+from fsm import quoted_name
 
 log = logging.getLogger(__name__)
 

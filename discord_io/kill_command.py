@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import discord
 from discord import app_commands
 
-from fsm.engine.locks import ChannelLockRegistry
+from fsm import ChannelLockRegistry
 
 log = logging.getLogger(__name__)
 

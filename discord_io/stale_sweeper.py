@@ -11,7 +11,7 @@ import asyncio
 import logging
 from types import TracebackType
 
-from fsm.engine.locks import ChannelLockRegistry
+from fsm import ChannelLockRegistry
 
 log = logging.getLogger(__name__)
 

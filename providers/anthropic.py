@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsm.engine.provider import (
+from fsm import (
     Finish,
     KeepAlive,
     PassRequest,

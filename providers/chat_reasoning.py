@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsm.engine.provider import ReasoningDelta, ReasoningState, TextDelta
+from fsm import ReasoningDelta, ReasoningState, TextDelta
 
 _TEXT_KEYS = ("text", "summary")
 _OPAQUE_KEYS = ("signature", "data", "id", "format", "type")

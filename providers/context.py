@@ -35,8 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fsm.engine.provider import HistoryEntry, PassRequest
-from fsm.engine.user_text import dialogue_text
+from fsm import HistoryEntry, PassRequest, dialogue_text
 
 from .prefill import PREFILL_INSTRUCTION, PrefillMessage
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fsm.engine.provider import ProviderError
+from fsm import ProviderError
 
 from .errors import CONTEXT_TOO_LONG
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from yarl import URL
 
-from fsm.engine.provider import ErrorKind, ProviderError
+from fsm import ErrorKind, ProviderError
 
 REDACTED = "[redacted]"
 CONTEXT_TOO_LONG = "context_length_exceeded"

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from fsm.engine.provider import (
+from fsm import (
     Finish,
     PassRequest,
     ProviderError,

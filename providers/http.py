@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 
-from fsm.engine.provider import (
+from fsm import (
     AbortSignal,
     KeepAlive,
     PassRequest,

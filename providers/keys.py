@@ -9,7 +9,7 @@ module can leak one. Times are the event loop's clock (virtual time in tests).
 
 from __future__ import annotations
 
-from fsm.engine.provider import ProviderError
+from fsm import ProviderError
 
 AUTH_STATUSES = frozenset({401, 403})
 ROTATING_STATUSES = AUTH_STATUSES | {402, 429}

@@ -44,7 +44,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsm.engine.provider import (
+from fsm import (
     Finish,
     PassRequest,
     ProviderError,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fsm.engine.provider import Finish, ProviderError, ProviderEvent, TextDelta, ToolCallRequest
+from fsm import Finish, ProviderError, ProviderEvent, TextDelta, ToolCallRequest
 
 PrefillMode = Literal["native", "prefix-flag", "instruction", "off"]
 PREFILL_NATIVE: PrefillMode = "native"

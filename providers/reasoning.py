@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fsm.engine.provider import ReasoningState
+from fsm import ReasoningState
 
 from .capabilities import model_version
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsm.engine.provider import (
+from fsm import (
     Finish,
     ProviderError,
     ProviderEvent,

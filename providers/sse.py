@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from fsm.engine.provider import ProviderError
+from fsm import ProviderError
 
 _BOM = "\ufeff"
 _LINE_END = re.compile(rb"\r\n|\r|\n")

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from fsm.engine.provider import AbortSignal, PassRequest, ProviderError
+from fsm import AbortSignal, PassRequest, ProviderError
 
 from .config import ProviderConfig, ProviderKind
 from .factory import build_provider

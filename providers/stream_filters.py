@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from fsm.engine.provider import ProviderEvent, TextDelta
+from fsm import ProviderEvent, TextDelta
 
 
 class StreamFilter(Protocol):

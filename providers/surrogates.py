@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from fsm.engine.provider import KeepAlive, ProviderEvent, ReasoningDelta, TextDelta, Usage
+from fsm import KeepAlive, ProviderEvent, ReasoningDelta, TextDelta, Usage
 
 REPLACEMENT = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fsm.engine.provider import ProviderEvent, ReasoningDelta, TextDelta
+from fsm import ProviderEvent, ReasoningDelta, TextDelta
 
 OPEN = "<think>"
 CLOSE = "</think>"

@@ -11,7 +11,7 @@ import json
 import uuid
 from typing import Any
 
-from fsm.engine.provider import ToolCallRequest
+from fsm import ToolCallRequest
 
 
 def mint_call_id() -> str:

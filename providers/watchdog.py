@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from types import TracebackType
 
-from fsm.engine.provider import AbortSignal
+from fsm import AbortSignal
 
 STALL_REASON = "stall_timeout"
 

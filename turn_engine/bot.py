@@ -41,14 +41,21 @@ from discord_io.session_gaps import SessionGaps
 from discord_io.stale_sweeper import StaleLockSweeper
 from discord_io.turn_context import build_context, hidden_from
 from discord_io.typing_indicator import TypingIndicator
-from fsm.engine.config import TurnConfig
-from fsm.engine.generation import Attempt, GenerationResult, run_generation_turn
-from fsm.engine.locks import ChannelLock, ChannelLockRegistry
-from fsm.engine.prefill import TurnRequest
-from fsm.engine.stash import ContextStash
-from fsm.engine.tools import Tool, ToolRegistry
-from fsm.engine.turn import Turn, TurnObserver
-from fsm.engine.user_text import framed_prompt
+from fsm import (
+    Attempt,
+    ChannelLock,
+    ChannelLockRegistry,
+    ContextStash,
+    GenerationResult,
+    Tool,
+    ToolRegistry,
+    Turn,
+    TurnConfig,
+    TurnObserver,
+    TurnRequest,
+    framed_prompt,
+    run_generation_turn,
+)
 
 from .gc_tuning import tune_gc
 from .journals import JournalStore, ReplyJournals, scenario_history

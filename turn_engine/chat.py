@@ -26,11 +26,15 @@ from typing import Any, TextIO
 import aiohttp
 
 from discord_io.media_fetch import MediaFetcher
-from fsm.engine.channel import Notice
-from fsm.engine.generation import Attempt, GenerationResult, run_generation_turn
-from fsm.engine.locks import ChannelLockRegistry
-from fsm.engine.prefill import TurnRequest
-from fsm.engine.turn import Turn
+from fsm import (
+    Attempt,
+    ChannelLockRegistry,
+    GenerationResult,
+    Notice,
+    Turn,
+    TurnRequest,
+    run_generation_turn,
+)
 from providers import build_provider
 
 from .chat_tools import TOOL_CALL_AS_TEXT, ToolCallText, chat_catalog

@@ -39,9 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fsm.engine.generation import GenerationResult
-from fsm.engine.tools import ToolRegistry
-from fsm.engine.turn import Turn
+from fsm import GenerationResult, ToolRegistry, Turn
 from fsm.journal import JournalRecorder, journal_document, jsonable
 
 from .settings import JournalSettings

@@ -19,9 +19,7 @@ from discord_io.admission import AccessPolicy, AdmissionPolicy
 from discord_io.attachments import AttachmentPolicy, AttachmentReader
 from discord_io.history import HistoryPolicy
 from discord_io.media_fetch import MediaFetcher
-from fsm.engine.config import TurnConfig
-from fsm.engine.generation import Attempt
-from fsm.engine.tools import Tool
+from fsm import Attempt, Tool, TurnConfig
 
 from .journals import JournalStore
 from .operator_build import model_attempts, operator_config

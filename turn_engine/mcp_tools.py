@@ -40,8 +40,7 @@ from mcp_types import Tool as McpToolInfo
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from fsm.engine.flags import EnrichmentKind
-from fsm.engine.tools import LoopPolicy, ToolContext, ToolResult
+from fsm import EnrichmentKind, LoopPolicy, ToolContext, ToolResult
 
 from .operator_settings import McpServerSettings
 from .tool_schema import TOOL_NAME, schema_problem

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from fsm.engine.generation import Attempt
-from fsm.engine.tools import Tool
+from fsm import Attempt, Tool
 from providers import ProviderConfig, build_provider
 
 from .operator_side import DEFAULT, OperatorConfig, OperatorSide

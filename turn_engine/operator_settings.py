@@ -15,7 +15,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from fsm.engine.tools import LoopPolicy
+from fsm import LoopPolicy
 
 T = TypeVar("T")
 

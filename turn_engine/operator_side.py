@@ -15,8 +15,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fsm.engine.generation import Attempt, GenerationResult
-from fsm.engine.tools import ToolRegistry
+from fsm import Attempt, GenerationResult, ToolRegistry
 
 from .operator_settings import ManageSettings, ScopeKind, UsageSettings
 from .persona import render

@@ -21,7 +21,7 @@ from pathlib import Path
 import aiohttp
 
 from discord_io.media_fetch import MediaFetcher
-from fsm.engine.tools import Tool
+from fsm import Tool
 
 from .live_settings import ENGINE_RESTART_ONLY, RESTART_ONLY, LiveSettings, RunningBot
 from .setting_names import env_name

@@ -16,8 +16,7 @@ from discord_io.redis_backend.fence import fencing_trace
 from discord_io.redis_backend.kill import install_redis_kill_command
 from discord_io.redis_backend.lease import LeaseTimings
 from discord_io.redis_backend.queue import DEFAULT_PREFIX, RedisChannelQueue
-from fsm.engine.locks import ChannelLock, ChannelLockRegistry
-from fsm.engine.turn import Turn
+from fsm import ChannelLock, ChannelLockRegistry, Turn
 
 __all__ = ["attach_scale_out", "fencing_trace"]
 

@@ -48,7 +48,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from fsm.engine.config import TurnConfig
+from fsm import TurnConfig
 from fsm.telemetry.config import TelemetryConfig
 from providers import ProviderConfig
 

@@ -8,7 +8,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 
-from fsm.engine.turn import TurnObserver
+from fsm import TurnObserver
 from fsm.telemetry import ObserverFanout, Telemetry, TelemetryConfig, TelemetryUnavailable
 from fsm.telemetry import build_telemetry as _build
 

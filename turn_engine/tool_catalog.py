@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fsm.engine.tools import Tool, ToolRegistry
+from fsm import Tool, ToolRegistry
 
 from .operator_settings import McpServerSettings
 

@@ -16,7 +16,7 @@ import importlib.metadata
 from collections.abc import Iterable
 from typing import Any
 
-from fsm.engine.tools import LOOP_POLICIES, Tool, schema_of
+from fsm import LOOP_POLICIES, Tool, schema_of
 
 from .settings import ConfigurationError
 from .tool_schema import TOOL_NAME, schema_problem

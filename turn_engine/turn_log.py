@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from fsm.engine.generation import GenerationResult
+from fsm import GenerationResult
 
 
 def _tokens(result: GenerationResult) -> str:

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from fsm.engine.generation import GenerationResult
+from fsm import GenerationResult
 
 from .operator_settings import ModelPrice
 from .settings_store import UsageRow

@@ -30,7 +30,7 @@ from typing import Generic, Literal, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from fsm.engine.locks import ChannelLock, ChannelLockRegistry
+from fsm import ChannelLock, ChannelLockRegistry
 
 from ..channel_queue import (
     DEFAULT_MAX_QUEUED,
