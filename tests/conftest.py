@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 from fsm.engine import turn as turn_module
 from fsm.engine.result import TurnResult
@@ -22,8 +22,13 @@ from engine_support import TAKEN_EDGES
 # random cases and keeps failures in `.hypothesis/` to replay them first (RELIABILITY.md).
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("nightly", print_blob=True)
-NIGHTLY = os.environ.get("RELIABILITY_PROFILE") == "nightly"
-settings.load_profile("nightly" if NIGHTLY else "ci")
+# The mutation tier (scripts/mutation.sh) needs only whether a case fails, not the smallest
+# failing case: shrinking each killed mutant's example would cost most of its run.
+settings.register_profile("mutation", parent=settings.get_profile("ci"),
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+PROFILE = os.environ.get("RELIABILITY_PROFILE", "ci")
+NIGHTLY = PROFILE == "nightly"
+settings.load_profile(PROFILE if PROFILE in ("nightly", "mutation") else "ci")
 
 SLOW_FILES = ("test_reliability_*.py", "test_bench_*.py", "test_redis_processes.py",
               "test_redis_bench_smoke.py", "test_review_page.py", "test_operator_signals.py",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 import tomllib
@@ -88,7 +89,12 @@ def _score(module: str, outcomes: dict[str, str], equivalent: dict[str, str]) ->
             "adjusted": round(100 * killed / (total - equal), 1) if total - equal else 100.0}
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(f"stopped by signal {signum}")
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _stop)
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("modules", nargs="*", help="paths as in targets.toml (default: all)")
     parser.add_argument("--survivors", action="store_true",

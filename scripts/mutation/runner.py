@@ -6,6 +6,7 @@ budget is killed and its mutant counted as killed (a hang is a failure)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -103,6 +104,7 @@ def _in_child(prepare: Callable[[], None], tests: Sequence[str], budget_s: float
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         code = 3
+        os.environ["RELIABILITY_PROFILE"] = "mutation"  # no shrinking (tests/conftest.py)
         try:
             for name in _project_modules():
                 del sys.modules[name]
@@ -113,15 +115,26 @@ def _in_child(prepare: Callable[[], None], tests: Sequence[str], budget_s: float
             sys.stderr.flush()
             os._exit(code)
     deadline = time.monotonic() + budget_s
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > deadline:
-            os.killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return -signal.SIGKILL
-        time.sleep(0.02)
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+    except BaseException:  # Ctrl-C or SIGTERM on the run: the child goes too
+        _kill(pid)
+        raise
+    _kill(pid)
+    return -signal.SIGKILL
+
+
+def _kill(pid: int) -> None:
+    """The child and whatever it started (it leads its own process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
 
 
 def run_tests(path: Path, number: int | None, tests: Sequence[str], budget_s: float,
