@@ -274,15 +274,15 @@ def _fitting_cut(window: str, toggles: list[tuple[int, str | None]], sizes: _Siz
 def _outside_backticks(text: str, pos: int, open_end: bool = False) -> int:
     """`pos` moved back out of a run of backticks (half a fence in each message would open
     a block in one that the other never closes) and out of a surrogate pair. With
-    `open_end`, a run that ends the text counts as going on: the next backtick may be
-    streaming in."""
+    `open_end`, a run (or a high surrogate) that ends the text counts as going on: the next
+    backtick (or the low half) may be streaming in."""
     moved = pos
     while moved > 0 and text[moved - 1] == "`" and (
             text[moved] == "`" if moved < len(text) else open_end):
         moved -= 1
-    if 0 < moved < len(text) and "\ud800" <= text[moved - 1] <= "\udbff" \
-            and "\udc00" <= text[moved] <= "\udfff":
-        moved -= 1
+    if moved > 0 and "\ud800" <= text[moved - 1] <= "\udbff" and (
+            "\udc00" <= text[moved] <= "\udfff" if moved < len(text) else open_end):
+        moved -= 1  # a high half that ends the text may be waiting for its low half
     return moved if moved > 0 else pos
 
 

@@ -5,6 +5,8 @@ get (and the text they account for), fed whole or streamed in pieces."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from discord_io.splitting import FENCE, Chunk, StreamSplitter, split_message
@@ -90,3 +92,114 @@ def test_a_streamed_reply_that_fits_one_message_with_room_for_a_fence_is_one_mes
     text = ("word " * 400)[:1996]
     for piece in (1, 5, 100):
         assert _sent(_streamed(text, piece)) == [text.rstrip()]
+
+
+LIMIT = 64
+OFFSETS = range(LIMIT - 24, LIMIT + 8)
+PAIRS = [("\ud800", "\udc00"), ("\udbff", "\udfff"), ("\ud83d", "\ude00")]
+
+
+def _both(text: str) -> list[list[Chunk]]:
+    """The chunks of `text` split whole and streamed one character and five at a time."""
+    return [_streamed(text, len(text), LIMIT), _streamed(text, 1, LIMIT),
+            _streamed(text, 5, LIMIT)]
+
+
+@pytest.mark.parametrize(("high", "low"), PAIRS)
+def test_an_emoji_arriving_as_two_surrogate_halves_is_never_cut_in_two(high: str,
+                                                                      low: str) -> None:
+    # covers D1: a broken stream's surrogate pair is delivered as its character, wherever
+    # the message boundary falls
+    joined = (high + low).encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    for offset in OFFSETS:
+        text = "x" * offset + high + low + "y" * 100
+        for chunks in _both(text):
+            check(text, chunks, LIMIT)
+            sent = _sent(chunks)
+            assert "".join(sent) == "x" * offset + joined + "y" * 100, offset
+            assert "\ufffd" not in "".join(sent)
+
+
+def test_unbroken_text_fills_every_message() -> None:
+    # covers D1: a hard cut takes all a message can hold (an astral character counts two)
+    # (streamed, a cut is made as soon as the buffer might not fit with a closing fence)
+    for text in ["z" * 300, "😀" * 150, "z" + "😀" * 150, "\uffff" * 70 + "😀" * 70]:
+        for chunks, least in zip(_both(text), [LIMIT - 1, LIMIT - 5, LIMIT - 5], strict=True):
+            sent = _sent(chunks)
+            assert "".join(sent) == text
+            units = [len(m.encode("utf-16-le")) // 2 for m in sent]
+            assert all(u >= least for u in units[:-1]), units
+
+
+def test_prose_fills_every_message_up_to_its_last_word() -> None:
+    # covers D1: a cut at a space leaves no word behind that would have fitted
+    words = [("w" * (1 + (n * 7) % 13)) for n in range(120)]
+    text = " ".join(words)
+    for chunks in _both(text):
+        assert " ".join(_sent(chunks)) == text
+    sent = split_message(text, LIMIT)
+    assert " ".join(sent) == text
+    for message, following in itertools.pairwise(sent):
+        assert len(message) + 1 + len(following.split(" ")[0]) > LIMIT
+
+
+def test_lines_fill_every_message_up_to_its_last_line() -> None:
+    # covers D1: a cut at a line end leaves no line behind that would have fitted
+    lines = [("l" * (1 + (n * 5) % 17)) for n in range(120)]
+    text = "\n".join(lines)
+    for chunks in _both(text):
+        assert "\n".join(_sent(chunks)) == text
+    sent = split_message(text, LIMIT)
+    assert "\n".join(sent) == text
+    for message, following in itertools.pairwise(sent):
+        assert len(message) + 1 + len(following.split("\n")[0]) > LIMIT
+
+
+def test_code_fills_every_message_up_to_its_last_line() -> None:
+    # covers D1: inside a block too, with the fences each message needs counted
+    lines = [("c" * (1 + (n * 5) % 17)) for n in range(120)]
+    text = FENCE + "\n" + "\n".join(lines) + "\n" + FENCE
+    for chunks in _both(text):
+        check(text, chunks, LIMIT)
+    sent = split_message(text, LIMIT)
+    bodies = [m.removeprefix(FENCE + "\n").removesuffix("\n" + FENCE) for m in sent]
+    assert "\n".join(bodies) == "\n".join(lines)
+    for message, following in itertools.pairwise(sent):
+        first_line = following.split("\n")[1]
+        assert len(message) + 1 + len(first_line) > LIMIT, (message, following)
+
+
+@pytest.mark.parametrize("piece", [FENCE, FENCE + "py\n", "\n" + FENCE + "\n", "`", "``",
+                                   " ", "\n", "\n\n", "😀", "\ufffd"])
+def test_any_boundary_near_the_limit_keeps_every_promise(piece: str) -> None:
+    # covers D1: a fence, space, line end or wide character at each offset around the cut
+    for offset in OFFSETS:
+        for tail in ("y" * 100, " word" * 20, "\n" + "y" * 100):
+            text = "x" * offset + piece + tail
+            for chunks in _both(text):
+                check(text, chunks, LIMIT)
+
+
+def test_a_line_end_is_preferred_to_a_space_that_would_fill_the_message() -> None:
+    # covers D1
+    text = "a\n" + "x" * 1998 + " " + "y" * 50
+    assert split_message(text) == ["a", "x" * 1998, "y" * 50]
+
+
+def test_a_line_of_exactly_a_message_is_one_message() -> None:
+    # covers D1
+    text = "x" * 2000 + "\n" + "y" * 10
+    assert split_message(text) == ["x" * 2000, "y" * 10]
+    text = "x" * 1995 + "\n\n" + "y" * 10 + "\n" + "z" * 1989
+    assert split_message(text) == ["x" * 1995, "y" * 10 + "\n" + "z" * 1989]
+
+
+def test_a_one_character_paragraph_before_unbroken_text_is_its_own_message() -> None:
+    # covers D1
+    assert split_message("a\n\n" + "x" * 3000) == ["a", "x" * 2000, "x" * 1000]
+
+
+def test_leading_whitespace_does_not_shorten_the_first_message() -> None:
+    # covers D1
+    text = "\n" * 1000 + "y" * 1500 + "\n\n" + "z" * 1500
+    assert split_message(text) == ["y" * 1500, "z" * 1500]
