@@ -120,3 +120,21 @@ async def test_the_smallest_bounds_keep_one_item() -> None:
     stash = ContextStash(ttl_s=0.5, max_items=1, max_bytes=1)
     key = stash.put(b"x")
     assert stash.take(key) == b"x"
+
+
+async def test_an_item_stashed_late_in_the_bots_life_lives_its_full_time() -> None:
+    # covers R3: the time-to-live counts from when the item was stored
+    stash = ContextStash(ttl_s=60)
+    await asyncio.sleep(1000)
+    taken, kept = stash.put({"n": 1}), stash.put({"n": 2})
+    await asyncio.sleep(59)
+    assert stash.live_count() == 2 and stash.take(taken) == {"n": 1}
+    await asyncio.sleep(1)
+    assert stash.live_count() == 0 and stash.take(kept) is None
+
+
+async def test_text_with_a_lone_surrogate_is_measured_not_refused() -> None:
+    # covers R3: a broken stream's half emoji in a stashed item still gets a size
+    stash = ContextStash()
+    stash.put({"text": "a\ud83d"})
+    assert stash.total_bytes == len("text") + 1 + 3
