@@ -195,3 +195,54 @@ async def test_a_media_restart_without_any_item_warns_and_goes_on(
     assert _restarted(played) and played.result.status == "completed"
     assert _injected(played) == []
     assert any("carries no item" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_https_uri_that_mentions_base64_stays_a_url() -> None:
+    # covers R7: only a data URI is inline data
+    uri = "https://x.test/img;base64,AAAA"
+    assert await _parts_sent({"uri": uri}) == [{"type": "image", "url": uri}]
+
+
+async def test_the_model_is_told_not_to_reveal_metadata_again() -> None:
+    # covers R6: the tail directive names the tool the model must not call again
+    played = await _restart({"type": "context_restart_message_metadata"},
+                            tool="reveal_message_metadata", guard="message_metadata")
+    directive = played.provider.requests[1].context_items[-1]["parts"][0]["text"]
+    assert "Do not call reveal_message_metadata again this turn." in directive
+
+
+async def test_a_guard_that_disagrees_with_the_type_is_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # covers R1: the operator sees which of the two named kinds applied
+    caplog.set_level(logging.WARNING)
+    await _restart(_inline({"role": "user", "content": "x"}), guard="gif")
+    assert [r.getMessage() for r in caplog.records if "the guard decides" in r.getMessage()]
+    caplog.clear()
+    await _restart(_inline({"role": "user", "content": "x"}), guard="youtube")
+    assert not [r for r in caplog.records if "the guard decides" in r.getMessage()]
+
+
+@pytest.mark.parametrize(("item", "where"), [
+    ("just text", "item: "), ({"role": "user", "parts": ["x"]}, "parts.0: "),
+    ({"content": "x"}, "role: "),
+])
+async def test_the_warning_for_an_invalid_item_says_where_it_is_wrong(
+        item: object, where: str, caplog: pytest.LogCaptureFixture) -> None:
+    # covers R1, R5: the operator can find the tool's mistake from the log line alone
+    caplog.set_level(logging.WARNING)
+    played = await _restart({"type": "context_restart_youtube", "enhanced_context_item": item},
+                            tool="fetch_video", guard="youtube")
+    assert not _restarted(played)
+    (line,) = [message for message in (r.getMessage() for r in caplog.records)
+               if "not a valid context item" in message]
+    assert f"({where}" in line
+
+
+async def test_a_metadata_restart_needs_no_item_and_warns_of_none(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # covers R5, R6: the reveal is the engine's own work, not an item the tool forgot
+    caplog.set_level(logging.WARNING)
+    played = await _restart({"type": "context_restart_message_metadata"},
+                            tool="reveal_message_metadata", guard="message_metadata")
+    assert _restarted(played)
+    assert not [r for r in caplog.records if "carries no item" in r.getMessage()]

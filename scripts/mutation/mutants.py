@@ -57,11 +57,9 @@ def _skipped_nodes(tree: ast.Module) -> set[int]:
             skipped.update(id(child) for child in ast.walk(node))
 
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                skip(body[0])
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            skip(node)  # a docstring, of a module, class, function or attribute
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             skip(node.returns)
             for arg in [*node.args.args, *node.args.kwonlyargs, *node.args.posonlyargs,
                         node.args.vararg, node.args.kwarg]:

@@ -19,6 +19,9 @@ from runner import ROOT, run_tests, warm
 
 TARGETS = Path(__file__).with_name("targets.toml")
 RESULTS = ROOT / ".mutation"
+KILLED = ("killed", "timeout", "error")
+"""`error`: the mutated module cannot even be imported (pytest's collection fails), which
+every test that uses it notices."""
 
 
 def _load_targets() -> dict[str, Any]:
@@ -54,14 +57,14 @@ def run_module(module: str, target: dict[str, Any], only_survivors: bool,
     budget = baseline.seconds * 2 + 5
     outcomes: dict[str, str] = dict(previous.get("outcomes", {}))
     chosen = [m for m in found if (numbers is None or m.number in numbers) and (
-        not only_survivors or outcomes.get(keys[m.number], "survived") == "survived")]
+        not only_survivors or outcomes.get(keys[m.number], "survived") not in KILLED)]
     print(f"{module}: {len(found)} mutants, {len(chosen)} to run, tests {baseline.seconds:.1f} s"
           f" unmutated: {' '.join(tests)}", flush=True)
     started = time.monotonic()
     for mutant in chosen:
         outcome = run_tests(path, mutant.number, tests, budget, log)
         outcomes[keys[mutant.number]] = outcome.status
-        if outcome.status in ("survived", "error"):
+        if outcome.status == "survived":
             print(f"  {outcome.status} #{mutant.number} line {mutant.line}: {keys[mutant.number]}"
                   f"{'  [equivalent]' if keys[mutant.number] in equivalent else ''}", flush=True)
     outcomes = {keys[m.number]: outcomes.get(keys[m.number], "survived") for m in found}
@@ -80,9 +83,8 @@ def run_module(module: str, target: dict[str, Any], only_survivors: bool,
 
 def _score(module: str, outcomes: dict[str, str], equivalent: dict[str, str]) -> dict[str, Any]:
     total = len(outcomes)
-    killed = sum(status in ("killed", "timeout") for status in outcomes.values())
-    equal = sum(key in equivalent and status not in ("killed", "timeout")
-                for key, status in outcomes.items())
+    killed = sum(status in KILLED for status in outcomes.values())
+    equal = sum(key in equivalent and status not in KILLED for key, status in outcomes.items())
     live = total - killed - equal
     return {"module": module, "total": total, "killed": killed, "equivalent": equal,
             "survived": live, "raw": round(100 * killed / total, 1) if total else 100.0,
