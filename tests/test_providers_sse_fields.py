@@ -82,3 +82,14 @@ def test_json_that_is_not_an_object_is_a_stream_error() -> None:
     error = json_payload(SSEEvent("[1, 2]"))
     assert isinstance(error, ProviderError)
     assert (error.kind, error.type) == ("provider_stream_error", "malformed_event")
+
+
+def test_a_stream_that_begins_with_a_blank_line_loses_nothing() -> None:
+    """covers S4, S5: a server's leading newline (a keep-alive) is an empty dispatch"""
+    assert parse(b"\ndata: x\n\n") == [SSEEvent("x")]
+    assert parse(b"\r\n", b"data: y\n\n") == [SSEEvent("y")]
+
+
+def test_bytes_that_are_not_utf8_become_replacement_characters() -> None:
+    """covers S5, S8: a broken byte never raises inside the stream; the decoder sees U+FFFD"""
+    assert parse(b"data: a\xff\n\ndata: b\xfe") == [SSEEvent("a\ufffd"), SSEEvent("b\ufffd")]
