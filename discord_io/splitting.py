@@ -25,10 +25,10 @@ _CLOSE_RESERVE = len("\n" + FENCE)
 _VISIBLE = re.compile(r"\S")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
+# How good a line end is as a cut (higher is better; a space or a hard cut is only used when
+# no line end fits, by _fitting_cut)
 RANK_NONE = -1  # a line end that is no place to cut (right after an opening fence)
-RANK_HARD = 0
 RANK_CODE_NEWLINE = 1
-RANK_SPACE = 2
 RANK_NEWLINE = 3
 RANK_PARAGRAPH = 4
 
@@ -271,7 +271,7 @@ def _fitting_cut(window: str, toggles: list[tuple[int, str | None]], sizes: _Siz
     return pos, end_lang
 
 
-def _outside_backticks(text: str, pos: int, open_end: bool = False) -> int:
+def _outside_backticks(text: str, pos: int, open_end: bool) -> int:
     """`pos` moved back out of a run of backticks (half a fence in each message would open
     a block in one that the other never closes) and out of a surrogate pair. With
     `open_end`, a run (or a high surrogate) that ends the text counts as going on: the next

@@ -105,6 +105,16 @@ def _both(text: str) -> list[list[Chunk]]:
             _streamed(text, 5, LIMIT)]
 
 
+def _longest_prefix(text: str) -> str:
+    """The most of `text` one message holds, counted in UTF-16 units."""
+    units = 0
+    for index, char in enumerate(text):
+        units += 2 if ord(char) > 0xFFFF else 1
+        if units > LIMIT:
+            return text[:index]
+    return text
+
+
 @pytest.mark.parametrize(("high", "low"), PAIRS)
 def test_an_emoji_arriving_as_two_surrogate_halves_is_never_cut_in_two(high: str,
                                                                       low: str) -> None:
@@ -118,6 +128,9 @@ def test_an_emoji_arriving_as_two_surrogate_halves_is_never_cut_in_two(high: str
             sent = _sent(chunks)
             assert "".join(sent) == "x" * offset + joined + "y" * 100, offset
             assert "\ufffd" not in "".join(sent)
+        # whole, the first message holds all it can: up to the pair, or the pair too
+        assert split_message(text, LIMIT)[0] == _longest_prefix(
+            "x" * offset + joined + "y" * 100), offset
 
 
 def test_unbroken_text_fills_every_message() -> None:
@@ -203,3 +216,81 @@ def test_leading_whitespace_does_not_shorten_the_first_message() -> None:
     # covers D1
     text = "\n" * 1000 + "y" * 1500 + "\n\n" + "z" * 1500
     assert split_message(text) == ["y" * 1500, "z" * 1500]
+
+
+@pytest.mark.parametrize("lone", ["\ud83d", "\ude00"])
+def test_a_lone_surrogate_is_one_unit_and_cut_like_any_character(lone: str) -> None:
+    # covers D1: half an emoji (a broken stream) becomes U+FFFD and fills as one unit
+    for offset in OFFSETS:
+        text = "x" * offset + lone + "y" * 100
+        sent = split_message(text, LIMIT)
+        expected = text.replace(lone, "\ufffd")
+        assert "".join(sent) == expected
+        assert sent[0] == expected[:LIMIT], offset
+
+
+@pytest.mark.parametrize("run", ["`", "``"])
+def test_a_cut_never_splits_a_run_of_backticks_and_keeps_all_before_it(run: str) -> None:
+    # covers D1: half a fence in each message would open a block the other never closes
+    for offset in OFFSETS:
+        text = "x" * offset + run + "y" * 100
+        sent = split_message(text, LIMIT)
+        assert "".join(sent) == text
+        inside = offset < LIMIT < offset + len(run)
+        assert sent[0] == ("x" * offset if inside else text[:LIMIT]), offset
+
+
+@pytest.mark.parametrize("words", [70, 80, 90])
+def test_backticks_ending_a_long_code_block_reopen_it_in_the_last_message(words: int) -> None:
+    # covers D1: the cut is moved out of the run of backticks, back until the message, with
+    # the fence it must then add to close its block, fits
+    text = "text ```sh\n" + "word " * words + "``````"
+    chunks = _streamed(text, 105, LIMIT)
+    check(text, chunks, LIMIT)
+    assert _sent(chunks)[-3:] == [
+        "```sh\n" + "word " * 10 + "\n```",
+        "```sh\n" + " ".join(["word"] * 11) + "\n```",
+        "```sh\n ``````\n```",
+    ]
+
+
+def test_backticks_after_thousands_of_blank_lines_arrive_whole() -> None:
+    # covers D1
+    assert split_message("\n" * 5000 + "ab``") == ["ab``"]
+
+
+def test_a_reply_that_is_one_long_run_of_backticks_is_delivered() -> None:
+    # covers D1: a run longer than a message is cut inside (no cut outside it exists) and
+    # never loops; text before it is its own message
+    assert [len(m) for m in split_message("`" * 200, LIMIT)] == [62, 62, 62, 14]
+    assert split_message("a" + "`" * 200, LIMIT)[0] == "a"
+
+
+def test_when_the_stream_stops_anywhere_what_is_left_is_one_message() -> None:
+    # covers D1: a feed holds back only what fits one message, with its carried fence
+    texts = ["word " * 40, FENCE + "py\n" + "code " * 40, "😀 " * 60 + "😀"]
+    for text in texts:
+        for stop in range(1, len(text), 3):
+            splitter = StreamSplitter(LIMIT)
+            for start in range(0, stop, 5):
+                splitter.feed(text[start : min(start + 5, stop)])
+            assert len(_sent(splitter.flush())) <= 1, (text[:10], stop)
+
+
+def test_a_stream_of_whitespace_alone_makes_no_message_and_no_trailer() -> None:
+    # covers D1
+    splitter = StreamSplitter(LIMIT)
+    splitter.feed("  \n\n ")
+    assert splitter.flush() == []
+
+
+def test_whitespace_after_a_paused_streams_last_message_stays_in_its_account() -> None:
+    # covers D1: the delivered account (what a fallback continues) keeps every character
+    splitter = StreamSplitter(LIMIT)
+    splitter.feed("First.\n\n")
+    sent = splitter.flush_boundary()
+    assert [c.content for c in sent] == ["First."]
+    splitter.feed("  \n")
+    trailer = splitter.flush()
+    assert [c.content for c in trailer] == [""]
+    assert "".join(c.source for c in sent + trailer) == "First.\n\n  \n"
