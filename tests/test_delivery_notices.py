@@ -1,0 +1,62 @@
+"""How the bot's notices look in Discord and what a reply's messages carry (SPEC T1, S12,
+D1, D5, G3): every kind of notice is an embed in its kind's colour within Discord's limits,
+messages never mention anyone and never unfurl links unless asked, and only the first
+message of a reply answers its trigger. Real discord.py against the emulator."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+
+from discord_io.delivery import DiscordChannel
+from discord_io.testing import emulated_discord
+from fsm.engine.channel import Notice, NoticeKind
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+ORANGE, BLUE, RED, GREY = 0xE67E22, 0x3498DB, 0xE74C3C, 0x95A5A6
+COLOURS: dict[str, int] = {
+    "timeout_first_token": ORANGE, "timeout_idle": ORANGE, "delivery_cap": ORANGE,
+    "still_working": BLUE, "tool_error_loop": RED, "max_iterations": RED,
+    "answered_by_fallback": GREY,
+}
+SUPPRESS_EMBEDS = 1 << 2
+
+
+async def test_every_kind_of_notice_is_an_embed_in_its_colour() -> None:
+    # covers T1, S12: a warning is orange, progress blue, a failure red, a note grey (the
+    # notices naming why a provider failed, G2, take the note's grey)
+    assert set(COLOURS) <= set(get_args(NoticeKind))
+    async with emulated_discord() as (emu, client):
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None)  # type: ignore[arg-type]
+        for kind in get_args(NoticeKind):
+            await channel.post_notice(Notice.of(kind))
+            embed = emu.sent()[-1].json["embeds"][0]
+            assert embed["color"] == COLOURS.get(kind, GREY), kind
+            assert embed["title"] == Notice.of(kind).title
+        assert len(channel.notices) == len(get_args(NoticeKind)) and channel.delivered == []
+        assert all(notice.kind == "notice" for notice in channel.notices)
+
+
+async def test_a_notice_longer_than_discord_allows_is_cut_to_its_limits() -> None:
+    # covers T1: Discord refuses an embed over 256/4096 characters
+    async with emulated_discord() as (emu, client):
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None)  # type: ignore[arg-type]
+        await channel.post_notice(Notice("still_working", "t" * 300, "d" * 5000))
+        embed = emu.sent()[-1].json["embeds"][0]
+        assert embed["title"] == "t" * 256 and embed["description"] == "d" * 4096
+
+
+@pytest.mark.parametrize("previews", [False, True])
+async def test_links_unfurl_only_when_link_previews_are_on(previews: bool) -> None:
+    # covers D1 (A6: link previews off by default)
+    async with emulated_discord() as (emu, client):
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None,  # type: ignore[arg-type]
+                                 link_previews=previews)
+        await channel.deliver("See https://example.com/page for more.")
+        await channel.finish_pass()
+        body = emu.sent()[-1].json
+        assert bool(body.get("flags", 0) & SUPPRESS_EMBEDS) is not previews
+        assert body["allowed_mentions"]["parse"] == []
+        assert [m.kind for m in channel.delivered] == ["text"]
