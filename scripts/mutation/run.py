@@ -69,14 +69,17 @@ def run_module(module: str, target: dict[str, Any], only_survivors: bool,
                   f"{'  [equivalent]' if keys[mutant.number] in equivalent else ''}", flush=True)
     outcomes = {keys[m.number]: outcomes.get(keys[m.number], "survived") for m in found}
     summary = _score(module, outcomes, equivalent)
-    summary["seconds"] = round(time.monotonic() - started, 1)
+    full_run = len(chosen) == len(found)
+    summary["seconds"] = (round(time.monotonic() - started, 1) if full_run
+                          else previous.get("seconds", 0.0))  # the table gives a full run's
     record.write_text(json.dumps({**summary, "outcomes": outcomes}, indent=1))
     unused = sorted(set(equivalent) - set(outcomes))
     for key in unused:
         print(f"  stale equivalent entry (no such mutant now): {key}")
     print(f"{module}: killed {summary['killed']}/{summary['total']}, equivalent "
           f"{summary['equivalent']}, survived {summary['survived']}, raw "
-          f"{summary['raw']} %, adjusted {summary['adjusted']} % in {summary['seconds']} s",
+          f"{summary['raw']} %, adjusted {summary['adjusted']} % in "
+          f"{time.monotonic() - started:.1f} s",
           flush=True)
     return summary
 
@@ -91,6 +94,19 @@ def _score(module: str, outcomes: dict[str, str], equivalent: dict[str, str]) ->
             "adjusted": round(100 * killed / (total - equal), 1) if total - equal else 100.0}
 
 
+def _print_table(modules: list[str]) -> None:
+    print("| module | mutants | killed | equivalent | survived | adjusted score | run time |")
+    print("|---|---|---|---|---|---|---|")
+    for module in modules:
+        record = RESULTS / (module.replace("/", "__") + ".json")
+        if not record.exists():
+            print(f"| `{module}` | not measured | | | | | |")
+            continue
+        s = json.loads(record.read_text())
+        print(f"| `{module}` | {s['total']} | {s['killed']} | {s['equivalent']} | "
+              f"{s['survived']} | {s['adjusted']} % | {s['seconds']} s |")
+
+
 def _stop(signum: int, frame: object) -> None:
     raise SystemExit(f"stopped by signal {signum}")
 
@@ -103,8 +119,13 @@ def main() -> None:
                         help="rerun only the mutants that survived the last run")
     parser.add_argument("--mutant", type=int, action="append", help="only this number")
     parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
+    parser.add_argument("--table", action="store_true",
+                        help="print the last recorded scores as a Markdown table")
     args = parser.parse_args()
     targets = _load_targets()
+    if args.table:
+        _print_table(args.modules or list(targets))
+        return
     for module in args.modules or list(targets):
         if module not in targets:
             sys.exit(f"{module}: not in {TARGETS.name} (it says which tests to run)")
