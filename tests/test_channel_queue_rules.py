@@ -37,7 +37,9 @@ async def test_by_default_ten_messages_wait_and_the_eleventh_is_refused() -> Non
     assert [s.position for s in waiting] == list(range(1, 11))
     assert all(s.status == "queued" and s.accepted for s in waiting)
     assert refused.status == "full" and not refused.accepted and refused.position == 10
-    assert refused.refusal is not None and "send it again" in refused.refusal
+    assert refused.refusal is not None
+    assert refused.refusal.startswith("I'm still working through earlier messages")
+    assert refused.refusal.endswith("Please send it again in a little while.")
     await queue.aclose()
 
 
@@ -91,7 +93,8 @@ async def test_a_stopping_channel_takes_no_message() -> None:
     registry.request_stop(CHANNEL)
     refused = queue.submit(CHANNEL, "ann:1")
     assert refused.status == "stopping" and not refused.accepted
-    assert refused.refusal is not None and "send that again" in refused.refusal
+    assert refused.refusal == ("I'm stopping the current reply here; please send that again "
+                               "in a moment.")
     await queue.aclose()
 
 
