@@ -60,3 +60,23 @@ async def test_links_unfurl_only_when_link_previews_are_on(previews: bool) -> No
         assert bool(body.get("flags", 0) & SUPPRESS_EMBEDS) is not previews
         assert body["allowed_mentions"]["parse"] == []
         assert [m.kind for m in channel.delivered] == ["text"]
+
+
+async def test_reactors_the_access_lists_deny_are_not_named() -> None:
+    # covers R6 (A1: the model reads no one the access lists deny)
+    async with emulated_discord() as (emu, client):
+        bob = emu.add_user("bob")
+        message = emu.add_message(emu.channel_id, emu.alice_id, "vote!")
+        emu.add_reaction(int(message["id"]), "👍", emu.alice_id)
+        emu.add_reaction(int(message["id"]), "👍", int(bob["id"]))
+        asked: list[list[int]] = []
+
+        async def readable(ids: list[int]) -> set[int]:
+            asked.append(ids)
+            return {int(bob["id"])}
+
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None,  # type: ignore[arg-type]
+                                 readable=readable)
+        assert await channel.fetch_reactors(message["id"], "👍", 10) == ["bob"]
+        assert asked == [[emu.alice_id, int(bob["id"])]]
+        assert await channel.fetch_reactors("not-a-message-id", "👍", 10) == []
