@@ -80,3 +80,22 @@ async def test_reactors_the_access_lists_deny_are_not_named() -> None:
         assert await channel.fetch_reactors(message["id"], "👍", 10) == ["bob"]
         assert asked == [[emu.alice_id, int(bob["id"])]]
         assert await channel.fetch_reactors("not-a-message-id", "👍", 10) == []
+
+
+async def test_only_the_first_message_answers_the_trigger_until_it_is_deleted() -> None:
+    # covers S2, G1: a fallback's reply answers the trigger again once the failed
+    # attempt's messages are gone
+    async with emulated_discord() as (emu, client):
+        trigger = emu.add_message(emu.channel_id, emu.alice_id, "hi")
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None,  # type: ignore[arg-type]
+                                 reply_to=int(trigger["id"]), limit=64)
+        await channel.deliver("first message, long enough to need two of them. " * 2)
+        await channel.finish_pass()
+        sent = [r.json for r in emu.sent()]
+        assert len(sent) == 2
+        assert sent[0]["message_reference"]["message_id"] == int(trigger["id"])
+        assert "message_reference" not in sent[1]
+        assert await channel.cleanup() == 2
+        await channel.deliver("the fallback's answer")
+        await channel.finish_pass()
+        assert emu.sent()[-1].json["message_reference"]["message_id"] == int(trigger["id"])
