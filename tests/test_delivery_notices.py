@@ -9,8 +9,8 @@ from typing import get_args
 
 import pytest
 
-from discord_io.delivery import DiscordChannel
-from discord_io.testing import emulated_discord
+from discord_io.delivery import DeliveryError, DiscordChannel
+from discord_io.testing import Fault, emulated_discord
 from fsm.engine.channel import Notice, NoticeKind
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
@@ -99,3 +99,35 @@ async def test_only_the_first_message_answers_the_trigger_until_it_is_deleted() 
         await channel.deliver("the fallback's answer")
         await channel.finish_pass()
         assert emu.sent()[-1].json["message_reference"]["message_id"] == int(trigger["id"])
+
+
+SEND = "POST /channels/{channel_id}/messages"
+
+
+async def test_a_refused_reply_is_sent_plain_and_the_turn_replies_no_more() -> None:
+    # covers S2 (D7: without READ_MESSAGE_HISTORY Discord refuses only the reference)
+    async with emulated_discord() as (emu, client):
+        trigger = emu.add_message(emu.channel_id, emu.alice_id, "hi")
+        emu.inject(SEND, Fault.forbidden(160002))
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None,  # type: ignore[arg-type]
+                                 reply_to=int(trigger["id"]))
+        await channel.deliver("an answer")
+        await channel.finish_pass()
+        await channel.post_notice(Notice.of("still_working"))
+        tried = [r.json for r in emu.requests_to(SEND)]
+        assert [m.content for m in channel.delivered] == ["an answer"]
+        assert "message_reference" in tried[0] and len(tried) == 3
+        assert all("message_reference" not in body for body in tried[1:])
+
+
+async def test_a_send_refused_for_another_reason_is_not_retried_plain() -> None:
+    # covers D2: Missing Permissions is the channel's answer, not the reply's
+    async with emulated_discord() as (emu, client):
+        trigger = emu.add_message(emu.channel_id, emu.alice_id, "hi")
+        emu.inject(SEND, Fault.forbidden())
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None,  # type: ignore[arg-type]
+                                 reply_to=int(trigger["id"]))
+        await channel.deliver("an answer")
+        with pytest.raises(DeliveryError):
+            await channel.finish_pass()
+        assert len(emu.requests_to(SEND)) == 1 and channel.delivered == []
