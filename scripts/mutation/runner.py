@@ -25,6 +25,9 @@ from mutants import mutated_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD_MEMORY_BYTES = 4 * 1024**3
+KILL_AFTER_S = 10.0
+"""How long past its per-test timeout (pytest-timeout, with a traceback) a child may take
+before it is killed: a hang that even the timeout cannot interrupt."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,7 @@ def _in_child(prepare: Callable[[], None], tests: Sequence[str], budget_s: float
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-    deadline = time.monotonic() + budget_s
+    deadline = time.monotonic() + budget_s + KILL_AFTER_S  # pytest-timeout fails it first
     try:
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
