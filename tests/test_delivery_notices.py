@@ -5,6 +5,7 @@ message of a reply answers its trigger. Real discord.py against the emulator."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import get_args
 
 import pytest
@@ -128,6 +129,47 @@ async def test_a_send_refused_for_another_reason_is_not_retried_plain() -> None:
         channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None,  # type: ignore[arg-type]
                                  reply_to=int(trigger["id"]))
         await channel.deliver("an answer")
-        with pytest.raises(DeliveryError):
+        with pytest.raises(DeliveryError, match=r"^could not send a message to channel "):
             await channel.finish_pass()
         assert len(emu.requests_to(SEND)) == 1 and channel.delivered == []
+
+
+async def test_by_default_a_paused_stream_sends_its_paragraphs_after_five_seconds() -> None:
+    # covers D1: paragraphs go out when the stream pauses, not while it flows
+    async with emulated_discord() as (emu, client):
+        channel = DiscordChannel(client, emu.channel_id)  # type: ignore[arg-type]
+        await channel.deliver("First paragraph.\n\nSecond paragraph.\n\nstill typ")
+        await asyncio.sleep(4.9)
+        assert emu.sent() == []
+        await asyncio.sleep(0.2)
+        assert [r.json["content"] for r in emu.sent()] == [
+            "First paragraph.\n\nSecond paragraph."]
+        await channel.deliver("ing.")
+        await channel.finish_pass()
+        assert emu.sent()[-1].json["content"] == "still typing."
+        await channel.aclose()
+
+
+async def test_at_most_a_hundred_reactors_are_asked_for() -> None:
+    # covers R6: Discord's page size
+    async with emulated_discord() as (emu, client):
+        message = emu.add_message(emu.channel_id, emu.alice_id, "vote!")
+        emu.add_reaction(int(message["id"]), "👍", emu.alice_id)
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None)  # type: ignore[arg-type]
+        assert await channel.fetch_reactors(message["id"], "👍", 500) == ["Alice"]
+        assert emu.requests[-1].query["limit"] == "100"
+        assert await channel.fetch_reactors(message["id"], "👍", 0) == ["Alice"]
+        assert emu.requests[-1].query["limit"] == "1"
+
+
+@pytest.mark.parametrize("previews", [False, True])
+async def test_the_thought_log_unfurls_links_only_with_link_previews(previews: bool) -> None:
+    # covers T8 (A6)
+    async with emulated_discord() as (emu, client):
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None,  # type: ignore[arg-type]
+                                 link_previews=previews)
+        await channel.post_thoughts(str(emu.channel_id), "ana", "looked at https://example.com")
+        body = emu.sent()[-1].json
+        assert body["content"] == "**Thoughts of ana:** looked at https://example.com"
+        assert bool(body.get("flags", 0) & SUPPRESS_EMBEDS) is not previews
+        assert body["allowed_mentions"]["parse"] == []
