@@ -173,3 +173,13 @@ async def test_the_thought_log_unfurls_links_only_with_link_previews(previews: b
         assert body["content"] == "**Thoughts of ana:** looked at https://example.com"
         assert bool(body.get("flags", 0) & SUPPRESS_EMBEDS) is not previews
         assert body["allowed_mentions"]["parse"] == []
+
+
+async def test_by_default_paragraphs_that_fit_one_message_arrive_as_one() -> None:
+    # covers D1: paragraphs are a place to cut, not a reason to
+    async with emulated_discord() as (emu, client):
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None)  # type: ignore[arg-type]
+        await channel.deliver("First.\n\n")
+        await channel.deliver("Second.\n\nThird.")
+        await channel.finish_pass()
+        assert [r.json["content"] for r in emu.sent()] == ["First.\n\nSecond.\n\nThird."]
