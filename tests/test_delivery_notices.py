@@ -49,16 +49,17 @@ async def test_a_notice_longer_than_discord_allows_is_cut_to_its_limits() -> Non
         assert embed["title"] == "t" * 256 and embed["description"] == "d" * 4096
 
 
-@pytest.mark.parametrize("previews", [False, True])
-async def test_links_unfurl_only_when_link_previews_are_on(previews: bool) -> None:
+@pytest.mark.parametrize("previews", [None, False, True])
+async def test_links_unfurl_only_when_link_previews_are_on(previews: bool | None) -> None:
     # covers D1 (A6: link previews off by default)
     async with emulated_discord() as (emu, client):
+        options = {} if previews is None else {"link_previews": previews}
         channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None,  # type: ignore[arg-type]
-                                 link_previews=previews)
+                                 **options)
         await channel.deliver("See https://example.com/page for more.")
         await channel.finish_pass()
         body = emu.sent()[-1].json
-        assert bool(body.get("flags", 0) & SUPPRESS_EMBEDS) is not previews
+        assert bool(body.get("flags", 0) & SUPPRESS_EMBEDS) is not bool(previews)
         assert body["allowed_mentions"]["parse"] == []
         assert [m.kind for m in channel.delivered] == ["text"]
 
