@@ -12,7 +12,7 @@ import pytest
 
 from discord_io.delivery import DeliveryError, DiscordChannel
 from discord_io.testing import Fault, emulated_discord
-from fsm.engine.channel import Notice, NoticeKind
+from fsm.engine.channel import DeliveryCapReached, Notice, NoticeKind
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -184,3 +184,52 @@ async def test_by_default_paragraphs_that_fit_one_message_arrive_as_one() -> Non
         await channel.deliver("Second.\n\nThird.")
         await channel.finish_pass()
         assert [r.json["content"] for r in emu.sent()] == ["First.\n\nSecond.\n\nThird."]
+
+
+async def test_a_clean_up_that_leaves_a_notice_keeps_the_reply_answered() -> None:
+    # covers S2, G1: the notice still answers the trigger, so the next text does not again
+    async with emulated_discord() as (emu, client):
+        trigger = emu.add_message(emu.channel_id, emu.alice_id, "hi")
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None,  # type: ignore[arg-type]
+                                 reply_to=int(trigger["id"]))
+        await channel.post_notice(Notice.of("still_working"))
+        await channel.deliver("a first try")
+        await channel.finish_pass()
+        assert await channel.cleanup() == 1
+        await channel.deliver("the answer")
+        await channel.finish_pass()
+        assert "message_reference" not in emu.sent()[-1].json
+
+
+async def test_the_message_bound_is_logged_once_however_much_text_is_dropped(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # covers D5
+    async with emulated_discord() as (emu, client):
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None,  # type: ignore[arg-type]
+                                 limit=64, max_messages=1)
+        with pytest.raises(DeliveryCapReached):
+            await channel.deliver("word " * 100)
+        with pytest.raises(DeliveryCapReached):
+            await channel.finish_pass()
+        assert len(emu.sent()) == 1
+        assert len([r for r in caplog.records if "reached its bound" in r.getMessage()]) == 1
+
+
+@pytest.mark.parametrize(("takes_s", "lands"), [(4.5, True), (5.5, False)])
+async def test_closing_gives_a_send_in_flight_five_seconds_to_land(takes_s: float,
+                                                                   lands: bool) -> None:
+    # covers S10: a send on the wire may still land, within the close grace
+    async with emulated_discord() as (emu, client):
+        emu.inject(SEND, Fault.delay(takes_s))
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None)  # type: ignore[arg-type]
+        await channel.deliver("on its way")
+        finishing = asyncio.create_task(channel.finish_pass())  # the send goes on the wire
+        await asyncio.sleep(0.1)
+        loop = asyncio.get_running_loop()
+        closing_at = loop.time()
+        await channel.aclose()
+        closed_after = loop.time() - closing_at
+        await asyncio.wait({finishing})
+        assert bool(channel.delivered) is lands
+        # virtual times, equal up to looptime's 1 µs tick
+        assert closed_after == pytest.approx(takes_s - 0.1 if lands else 5.0, abs=2e-6)
