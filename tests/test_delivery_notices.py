@@ -12,6 +12,7 @@ import pytest
 
 from discord_io.delivery import DeliveryError, DiscordChannel
 from discord_io.testing import Fault, emulated_discord
+from discord_io.typing_indicator import TypingIndicator
 from fsm.engine.channel import DeliveryCapReached, Notice, NoticeKind
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
@@ -233,3 +234,36 @@ async def test_closing_gives_a_send_in_flight_five_seconds_to_land(takes_s: floa
         assert bool(channel.delivered) is lands
         # virtual times, equal up to looptime's 1 µs tick
         assert closed_after == pytest.approx(takes_s - 0.1 if lands else 5.0, abs=2e-6)
+
+
+TYPING = "POST /channels/{channel_id}/typing"
+
+
+async def test_by_default_typing_resumes_two_seconds_after_a_pass_that_sent_text() -> None:
+    # covers D1: the turn may go on (a tool); the channel shows it is still working
+    async with emulated_discord() as (emu, client):
+        typing = TypingIndicator.for_channel(client, emu.channel_id)
+        channel = DiscordChannel(client, emu.channel_id, typing=typing,  # type: ignore[arg-type]
+                                 idle_flush_s=None)
+        await channel.deliver("Let me look that up.")
+        await channel.finish_pass()
+        sent_at = emu.sent()[-1].at
+        await asyncio.sleep(5.0)
+        assert [round(r.at - sent_at, 6) for r in emu.requests_to(TYPING)
+                if r.at > sent_at] == [2.0]
+        await typing.stop()
+
+
+async def test_a_pass_without_text_keeps_typing_on_its_schedule() -> None:
+    # covers D1: a pass that only asked for a tool leaves no gap in the indicator
+    async with emulated_discord() as (emu, client):
+        typing = TypingIndicator.for_channel(client, emu.channel_id)
+        channel = DiscordChannel(client, emu.channel_id, typing=typing,  # type: ignore[arg-type]
+                                 idle_flush_s=None)
+        start = asyncio.get_running_loop().time()
+        typing.start()
+        await asyncio.sleep(1.0)
+        await channel.finish_pass()
+        await asyncio.sleep(19.0)
+        assert [round(r.at - start, 6) for r in emu.requests_to(TYPING)] == [0.0, 8.0, 16.0]
+        await typing.stop()
