@@ -267,3 +267,13 @@ async def test_a_pass_without_text_keeps_typing_on_its_schedule() -> None:
         await asyncio.sleep(19.0)
         assert [round(r.at - start, 6) for r in emu.requests_to(TYPING)] == [0.0, 8.0, 16.0]
         await typing.stop()
+
+
+async def test_a_reply_to_a_trigger_deleted_meanwhile_is_still_delivered() -> None:
+    # covers S2: the user deleted their message while the bot was answering
+    async with emulated_discord() as (emu, client):
+        channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None,  # type: ignore[arg-type]
+                                 reply_to=987654321)  # no such message (any longer)
+        await channel.deliver("the answer")
+        await channel.finish_pass()
+        assert [m.content for m in channel.delivered] == ["the answer"]
