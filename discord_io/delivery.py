@@ -39,15 +39,26 @@ EMBED_DESCRIPTION_LIMIT = 4096
 FEED_SLICE = 4096
 """Characters of one text delta fed to the splitter between two yields to the event loop."""
 
+WARNING, PROGRESS, FAILURE, NOTE = 0xE67E22, 0x3498DB, 0xE74C3C, 0x95A5A6
 NOTICE_COLOURS: dict[NoticeKind, int] = {
-    "timeout_first_token": 0xE67E22,
-    "timeout_idle": 0xE67E22,
-    "still_working": 0x3498DB,
-    "tool_error_loop": 0xE74C3C,
-    "max_iterations": 0xE74C3C,
-    "delivery_cap": 0xE67E22,
-    "answered_by_fallback": 0x95A5A6,
+    "timeout_first_token": WARNING,
+    "timeout_idle": WARNING,
+    "delivery_cap": WARNING,
+    "still_working": PROGRESS,
+    "tool_error_loop": FAILURE,
+    "max_iterations": FAILURE,
+    "failed_context_too_long": FAILURE,
+    "failed_unreachable": FAILURE,
+    "failed_rejected_key": FAILURE,
+    "failed_rate_limited": FAILURE,
+    "failed_blocked": FAILURE,
+    "failed_empty_reply": FAILURE,
+    "failed_other": FAILURE,
+    "answered_by_fallback": NOTE,
 }
+"""A notice's colour says what it is at a glance: a cut reply orange, progress blue, a reply
+that failed red (whatever the provider's reason, G2), a note grey. Every kind has one
+(tests/test_delivery_notices.py)."""
 DEAD_DESTINATION_CODES = frozenset({50001, 50013, 10003})
 """Discord's codes for a send refused because of the channel itself: Missing Access,
 Missing Permissions, Unknown Channel (G3). Another model cannot deliver there either."""
@@ -452,5 +463,5 @@ def notice_embed(notice: Notice) -> discord.Embed:
     return discord.Embed(
         title=notice.title[:EMBED_TITLE_LIMIT],
         description=notice.description[:EMBED_DESCRIPTION_LIMIT],
-        colour=NOTICE_COLOURS.get(notice.kind, 0x95A5A6),
+        colour=NOTICE_COLOURS.get(notice.kind, NOTE),
     )

@@ -21,21 +21,23 @@ ORANGE, BLUE, RED, GREY = 0xE67E22, 0x3498DB, 0xE74C3C, 0x95A5A6
 COLOURS: dict[str, int] = {
     "timeout_first_token": ORANGE, "timeout_idle": ORANGE, "delivery_cap": ORANGE,
     "still_working": BLUE, "tool_error_loop": RED, "max_iterations": RED,
-    "answered_by_fallback": GREY,
+    "failed_context_too_long": RED, "failed_unreachable": RED, "failed_rejected_key": RED,
+    "failed_rate_limited": RED, "failed_blocked": RED, "failed_empty_reply": RED,
+    "failed_other": RED, "answered_by_fallback": GREY,
 }
 SUPPRESS_EMBEDS = 1 << 2
 
 
 async def test_every_kind_of_notice_is_an_embed_in_its_colour() -> None:
-    # covers T1, S12: a warning is orange, progress blue, a failure red, a note grey (the
-    # notices naming why a provider failed, G2, take the note's grey)
-    assert set(COLOURS) <= set(get_args(NoticeKind))
+    # covers T1, S12, G2: a warning is orange, progress blue, a failure red (the notices
+    # naming why the last attempt failed too), a note grey; every kind has its colour
+    assert set(COLOURS) == set(get_args(NoticeKind))
     async with emulated_discord() as (emu, client):
         channel = DiscordChannel(client, emu.channel_id, idle_flush_s=None)  # type: ignore[arg-type]
         for kind in get_args(NoticeKind):
             await channel.post_notice(Notice.of(kind))
             embed = emu.sent()[-1].json["embeds"][0]
-            assert embed["color"] == COLOURS.get(kind, GREY), kind
+            assert embed["color"] == COLOURS[kind], kind
             assert embed["title"] == Notice.of(kind).title
         assert len(channel.notices) == len(get_args(NoticeKind)) and channel.delivered == []
         assert all(notice.kind == "notice" for notice in channel.notices)

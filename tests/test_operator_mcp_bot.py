@@ -25,8 +25,6 @@ from turn_engine.tool_hooks import load_hook_tools
 
 from engine_support import ROOT
 
-pytestmark = pytest.mark.asyncio
-
 TOOLBOX = str(ROOT / "tests" / "mcp_toolbox.py")
 
 
@@ -56,6 +54,7 @@ def calls_seen(tmp_path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+@pytest.mark.asyncio
 async def test_the_model_calls_an_mcp_tool_and_answers_with_its_result(tmp_path: Path) -> None:
     # covers M1: the tool is offered with the server's schema, runs on the server, and its
     # result is in the model's next pass
@@ -74,6 +73,7 @@ async def test_the_model_calls_an_mcp_tool_and_answers_with_its_result(tmp_path:
         assert calls_seen(tmp_path) == ["add"]
 
 
+@pytest.mark.asyncio
 async def test_a_hanging_tool_times_out_and_the_model_is_told(tmp_path: Path) -> None:
     # covers M1, T5: the engine's per-tool timeout (20 s here, virtual once the server is
     # hanging) ends the call; the model reads a failure and answers; the server still serves
@@ -96,6 +96,7 @@ async def test_a_hanging_tool_times_out_and_the_model_is_told(tmp_path: Path) ->
         assert calls_seen(tmp_path) == ["hang", "add"]
 
 
+@pytest.mark.asyncio
 async def test_kill_during_an_mcp_call_stops_the_turn_and_the_server_lives_on(
     tmp_path: Path,
 ) -> None:
@@ -116,6 +117,7 @@ async def test_kill_during_an_mcp_call_stops_the_turn_and_the_server_lives_on(
         assert o.h.bot.operator.catalog.servers["toolbox"].starts == 1
 
 
+@pytest.mark.asyncio
 async def test_a_tools_loop_policy_is_honoured(tmp_path: Path) -> None:
     # covers M1, T9: `shout` declared ends_turn: the turn completes after it, no second pass
     passes = [[{"at": 0.01, "text": "Shouting now."},
@@ -129,6 +131,7 @@ async def test_a_tools_loop_policy_is_honoured(tmp_path: Path) -> None:
         assert calls_seen(tmp_path) == ["shout"]
 
 
+@pytest.mark.asyncio
 async def test_a_python_hooks_tool_answers_through_the_bot(tmp_path: Path) -> None:
     # covers M1: a module exposing FunctionTools (tests/hook_tools.py) is a tool source
     catalog = ToolCatalog(load_hook_tools(["hook_tools"]))
