@@ -449,7 +449,8 @@ def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
 SPEEDUPS: dict[str, tuple[str, ...]] = {
     "asyncio, stdlib json": (), "uvloop": ("uvloop",), "orjson": ("orjson",),
     "uvloop + orjson": ("uvloop", "orjson")}
-"""The event loop and JSON variants of 7d (`full_bot_process._json_speedups`)."""
+"""The event loop and JSON variants of 7f (`full_bot_process._stdlib_json`): the bot runs with
+both; each variant keeps only its own."""
 
 
 def _speedups(section: Section, n: int) -> None:

@@ -4,14 +4,14 @@ disk) — pointed at the emulated Discord and the paced model of the driver, pin
 core, until SIGTERM. It records when each turn ended and how (`run_generation_turn` wrapped)
 and when it asked discord.py for each message send, and writes that, with its CPU time and
 optionally a CPU-time cProfile, as JSON. `"sweep": "discord.py"` in the config runs it with
-discord.py's own bucket sweep (the side-by-side variant of BENCHMARKS.md 7c).
+discord.py's own bucket sweep (the side-by-side variant of BENCHMARKS.md 7c); `"speedups"`
+names the ones of uvloop and orjson it runs with (7f; by default both, as the bot runs).
 
 `python -m bench.full_bot_process CONFIG_JSON` (written by `bench.full_bot`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -31,6 +31,7 @@ from discord_io.history_cache import GatewayHistory
 from discord_io.typing_indicator import TypingIndicator
 from providers import ProviderConfig
 from turn_engine import bot as bot_module
+from turn_engine.event_loop import EventLoopChoice, run_on_event_loop
 from turn_engine.settings import AppSettings, JournalSettings
 
 from .profiling import profile_async
@@ -95,35 +96,18 @@ def _requests_as_before() -> None:
     GatewayHistory.read = read  # type: ignore[method-assign]
 
 
-def _json_speedups(use_orjson: bool) -> None:
-    """The JSON side of the speed-ups, measured side by side (BENCHMARKS.md 7d): with
-    `use_orjson`, orjson for discord.py (what `discord.py[speed]` brings), the SSE decoder
-    and the journals; without, the standard library's everywhere, even where orjson is
-    installed."""
-    import providers.sse
+def _stdlib_json() -> None:
+    """The side-by-side variants without orjson (BENCHMARKS.md 7f): the standard library's
+    JSON for discord.py (which takes orjson whenever it can import it), the SSE decoder and
+    the journals, as the bot was before it adopted orjson."""
+    import providers.json_text
     from turn_engine import journals
 
-    if not use_orjson:
-        discord.utils._from_json = json.loads
-        discord.utils._to_json = lambda obj: json.dumps(obj, separators=(",", ":"),
-                                                        ensure_ascii=True)
-        return
-    import orjson
-
-    discord.utils._from_json = orjson.loads
-    discord.utils._to_json = lambda obj: orjson.dumps(obj).decode("utf-8")
-    providers.sse.json = types.SimpleNamespace(  # type: ignore[assignment]
-        loads=orjson.loads, JSONDecodeError=json.JSONDecodeError)
-    stdlib_encode = journals.encode_journal
-
-    def encode(document: dict[str, Any]) -> bytes:
-        try:
-            return orjson.dumps(document, default=journals.jsonable,
-                                option=orjson.OPT_NON_STR_KEYS) + b"\n"
-        except (TypeError, orjson.JSONEncodeError):  # a lone surrogate, an odd key
-            return stdlib_encode(document)
-
-    journals.encode_journal = encode
+    discord.utils._from_json = json.loads
+    discord.utils._to_json = lambda obj: json.dumps(obj, separators=(",", ":"),
+                                                    ensure_ascii=True)
+    providers.json_text.loads = json.loads  # type: ignore[assignment]
+    journals.orjson_bytes = lambda *args, **kwargs: None  # type: ignore[assignment]
 
 
 def prepared() -> tuple[dict[str, Any], list[tuple[str, float]]]:
@@ -146,8 +130,11 @@ def main() -> int:
     if config.get("requests") == "before":
         _requests_as_before()
     speedups = config.get("speedups")
-    if speedups is not None:
-        _json_speedups("orjson" in speedups)
+    """None: as the bot runs (uvloop and orjson); otherwise the variant's speed-ups only."""
+    if speedups is not None and "orjson" not in speedups:
+        _stdlib_json()
+    loop: EventLoopChoice = ("uvloop" if speedups is None or "uvloop" in speedups
+                             else "asyncio")
     settings = AppSettings(
         discord_token=SecretStr(config["token"]),
         provider=ProviderConfig(kind="openai", model="bench", base_url=config["provider_url"]),
@@ -165,15 +152,8 @@ def main() -> int:
     if config.get("profile"):
         profile = profile_async(serve, per=max(1, int(config["turns"])), top=20,
                                 timer=time.process_time)
-    elif speedups is not None and "uvloop" in speedups:
-        import uvloop
-
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(serve())
     else:
-        from .common import run_async
-
-        run_async(serve)
+        run_on_event_loop(serve(), loop)
     write_result(config, ends, calls, profile)
     return 0
 

@@ -19,6 +19,8 @@ from typing import Any
 
 from fsm import ProviderError
 
+from . import json_text
+
 _BOM = "\ufeff"
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
@@ -114,9 +116,10 @@ class SSEParser:
 
 
 def json_payload(event: SSEEvent) -> dict[str, Any] | ProviderError:
-    """Decode an event's data as a JSON object, or explain (without a traceback) why not."""
+    """Decode an event's data as a JSON object, or explain (without a traceback) why not.
+    orjson decodes it, with the standard library's results and messages (`json_text`)."""
     try:
-        value = json.loads(event.data)
+        value = json_text.loads(event.data)
     except json.JSONDecodeError as exc:
         return ProviderError(
             kind="provider_stream_error",

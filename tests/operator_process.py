@@ -1,7 +1,8 @@
 """The bot as a process of its own, for the signal tests: the Discord emulator and a model
 that streams one paragraph and then hangs, both on loopback in this process, and
-`turn_engine.bot.serve` answering a mention. Prints STREAMING once the model has the
-request, then waits for SIGTERM or SIGINT like the real bot; exits with serve's status."""
+`turn_engine.bot.serve` answering a mention, on the event loop argv[2] names as the bot's
+runner makes it (D55). Prints STREAMING once the model has the request, then waits for
+SIGTERM or SIGINT like the real bot; exits with serve's status."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from discord_io.testing import DiscordEmulator
 from discord_io.testing.emulator import pointed_at
 from providers.replay_server import Hang, ReplayServer, Send
 from turn_engine.bot import build_client, serve
+from turn_engine.event_loop import EventLoopChoice, run_on_event_loop
 from turn_engine.logging_setup import setup_logging
 from turn_engine.settings import AppSettings
 
@@ -22,7 +24,6 @@ CHUNK = {"choices": [{"index": 0, "delta": {"content": "Delivered.\n\n"},
 
 
 async def main(journals: Path) -> int:
-    setup_logging()
     async with ReplayServer([Send(f"data: {json.dumps(CHUNK)}\n\n".encode()), Hang()]) as model:
         emu = DiscordEmulator()
         await emu.start()
@@ -46,4 +47,6 @@ async def main(journals: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(Path(sys.argv[1]))))
+    setup_logging()
+    choice: EventLoopChoice = "asyncio" if sys.argv[2] == "asyncio" else "uvloop"
+    sys.exit(run_on_event_loop(main(Path(sys.argv[1])), choice))

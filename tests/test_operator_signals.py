@@ -1,6 +1,7 @@
 """SIGTERM and Ctrl-C (SIGINT) stop the bot process gracefully with a reply streaming
 (O8; S7, D3): exit status 0, no traceback, the reply Stopped and its journal
-written. A real process, real signals, real time (no timed asserts)."""
+written, on uvloop (the bot's loop, D55) and on asyncio's. A real process, real signals,
+real time (no timed asserts)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ from engine_support import ROOT
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(("sig", "loop"), [(signal.SIGTERM, "uvloop"), (signal.SIGINT, "uvloop"),
+                                           (signal.SIGTERM, "asyncio")],
+                         ids=["SIGTERM", "SIGINT", "SIGTERM-asyncio"])
 async def test_a_signal_stops_the_bot_cleanly_with_a_reply_streaming(
-        tmp_path: Path, sig: signal.Signals) -> None:
-    # covers S7 and D3 at shutdown: the running reply ends Stopped, its journal is flushed
+        tmp_path: Path, sig: signal.Signals, loop: str) -> None:
+    # covers S7 and D3 at shutdown: the running reply ends Stopped, its journal is flushed;
+    # and D55: on uvloop, the bot's loop, as on asyncio's
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "tests" / "operator_process.py"), str(tmp_path),
+        sys.executable, str(ROOT / "tests" / "operator_process.py"), str(tmp_path), loop,
         cwd=tmp_path, env={"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "PATH": "/usr/bin:/bin"},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
@@ -32,6 +36,7 @@ async def test_a_signal_stops_the_bot_cleanly_with_a_reply_streaming(
     log = err.decode()
     assert proc.returncode == 0, log
     assert "Traceback" not in log and f"{sig.name} received: stopping" in log
+    assert f"INFO turn_engine.event_loop: event loop: {loop}" in log
     [journal] = tmp_path.glob("*.json")
     assert json.loads(journal.read_text())["result"]["status"] == "stopped_by_user"
 

@@ -57,6 +57,7 @@ from fsm import (
     run_generation_turn,
 )
 
+from .event_loop import run_on_event_loop
 from .gc_tuning import tune_gc
 from .journals import JournalStore, ReplyJournals, scenario_history
 from .live_settings import LiveSettings
@@ -490,8 +491,9 @@ def build_bot(client: discord.Client, settings: AppSettings, session: aiohttp.Cl
 
 
 def run_bot(settings: AppSettings) -> int:
-    """The real bot, until SIGTERM or Ctrl-C."""
-    return asyncio.run(serve(settings))
+    """The real bot, until SIGTERM or Ctrl-C, on the event loop the settings choose (uvloop
+    where it is installed: D55)."""
+    return run_on_event_loop(serve(settings), settings.event_loop)
 
 
 async def serve(settings: AppSettings, *, stop: StopRequest | None = None,

@@ -7,11 +7,12 @@ removes the oldest journals first; it only ever touches `*.json` files of its di
 A bot writes a journal per turn, so neither writing nor pruning may cost more as the folder
 fills: the store reads the folder once and then keeps its own index of the journals (oldest
 first, with their count and bytes), updated by every write and removal; and a journal is one
-line of compact JSON, which the standard library's C encoder writes (indented JSON takes its
-pure-Python path, several times slower). Files removed by hand are dropped from the index
-when pruning reaches them; the folder is read again after as many writes as it held
-journals (at least `RESCAN_EVERY`) and on every explicit `prune()`, so files added or
-re-dated by hand are seen too, at a cost per write that stays constant.
+line of compact JSON, which orjson writes (the standard library's C encoder where orjson
+cannot write the same; the standard library's indented JSON takes its pure-Python path,
+several times slower). Files removed by hand are dropped from the index when pruning
+reaches them; the folder is read again after as many writes as it held journals (at least
+`RESCAN_EVERY`) and on every explicit `prune()`, so files added or re-dated by hand are
+seen too, at a cost per write that stays constant.
 
 A reply (one generation turn: an attempt and its fallbacks) writes one journal per attempt,
 named `{reply}-a{n}-{label}` where the reply id is `{UTC time}-{where}-{random}`: unique
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from fsm import GenerationResult, ToolRegistry, Turn
-from fsm.journal import JournalRecorder, journal_document, jsonable
+from fsm.journal import JournalRecorder, journal_document, jsonable, orjson_bytes
 
 from .settings import JournalSettings
 
@@ -51,10 +52,14 @@ RESCAN_EVERY = 1000
 
 
 def encode_journal(document: dict[str, Any]) -> bytes:
-    """The journal as one line of UTF-8 JSON, by the C encoder (no indent, compact
-    separators). Bytes and unknown objects are written as `jsonable` writes them; a lone
-    surrogate (half an emoji cut by a provider) as its JSON escape, so the file stays valid
-    UTF-8 and reads back unchanged."""
+    """The journal as one line of UTF-8 JSON: by orjson where it writes what the standard
+    library would (`fsm.journal.encoding`), by the standard library's C encoder (compact
+    separators) otherwise. Bytes and unknown objects are written as `jsonable` writes them;
+    a lone surrogate (half an emoji cut by a provider) as its JSON escape, so the file stays
+    valid UTF-8 and reads back unchanged."""
+    fast = orjson_bytes(document, jsonable)
+    if fast is not None:
+        return fast
     try:
         text = json.dumps(document, ensure_ascii=False, separators=(",", ":"),
                           default=jsonable)

@@ -54,6 +54,7 @@ RESTART_ONLY: dict[str, str] = {
     "log": "logging is set up once, at start",
     "gc": "the garbage collector is tuned once, at start",
     "shutdown_grace_s": "read when the bot starts waiting for signals",
+    "event_loop": "the process's event loop is made once, at start",
 }
 """Top-level settings a reload cannot apply, and why."""
 ENGINE_RESTART_ONLY: dict[str, str] = {

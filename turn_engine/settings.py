@@ -52,6 +52,7 @@ from fsm import TurnConfig
 from fsm.telemetry.config import TelemetryConfig
 from providers import ProviderConfig
 
+from .event_loop import EventLoopChoice
 from .gc_tuning import GcSettings
 from .operator_settings import OperatorFields, choice_names
 from .setting_names import PREFIX, unknown_keys, unknown_names
@@ -218,6 +219,9 @@ class AppSettings(OperatorFields, BaseSettings):
     unless switched on; the packages are an optional extra (fsm/telemetry)."""
     shutdown_grace_s: float = Field(default=10.0, gt=0)
     """How long running replies get to end after SIGTERM or Ctrl-C."""
+    event_loop: EventLoopChoice = "uvloop"
+    """`TURN_EVENT_LOOP`: the bot's event loop, uvloop where it is installed (asyncio's own
+    otherwise) or `asyncio` (turn_engine/event_loop.py)."""
     redis_url: SecretStr | None = None
     """`TURN_REDIS_URL`: run as one of many processes sharing channel locks, queues and /kill
     through this Redis (docs/redis.md); unset, everything stays in this process. A secret:

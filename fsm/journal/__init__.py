@@ -7,6 +7,7 @@ Below both the scenario tools (which replay a journal as a scenario) and the rev
 from __future__ import annotations
 
 from .document import journal_document
+from .encoding import orjson_bytes
 from .reading import ScenarioError, decode_json, loads, read_journal, read_json, read_text
 from .recorder import (
     JournalRecorder,
@@ -18,5 +19,5 @@ from .recorder import (
 )
 
 __all__ = ["JournalRecorder", "RecordingStash", "ScenarioError", "decode_json",
-           "journal_document", "jsonable", "loads", "read_journal", "read_json", "read_text",
-           "save_journal", "serialize_journal", "write_journal"]
+           "journal_document", "jsonable", "loads", "orjson_bytes", "read_journal",
+           "read_json", "read_text", "save_journal", "serialize_journal", "write_journal"]

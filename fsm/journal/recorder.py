@@ -27,6 +27,7 @@ from ..engine.prefill import TurnRequest
 from ..engine.stash import ContextStash
 from ..engine.tools import Tool, ToolRegistry
 from .document import journal_document
+from .encoding import orjson_bytes
 
 __all__ = ["JournalRecorder", "RecordingStash", "journal_document", "jsonable",
            "save_journal", "serialize_journal", "write_journal"]
@@ -290,8 +291,12 @@ def _as_dict(step: Step) -> dict[str, Any]:
 
 
 def serialize_journal(document: dict[str, Any]) -> bytes:
-    """The journal as UTF-8 JSON. A lone surrogate (half an emoji cut by a provider) is
-    written as its JSON escape, so the file stays valid UTF-8 and reads back unchanged."""
+    """The journal as indented UTF-8 JSON, by orjson where it can (`encoding`). A lone
+    surrogate (half an emoji cut by a provider) is written as its JSON escape, so the file
+    stays valid UTF-8 and reads back unchanged."""
+    fast = orjson_bytes(document, jsonable, indent=True)
+    if fast is not None:
+        return fast
     safe = jsonable(document)
     text = json.dumps(safe, ensure_ascii=False, indent=1) + "\n"
     try:
