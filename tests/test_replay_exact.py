@@ -10,25 +10,30 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import math
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from pydantic import BaseModel
 
+from fsm.cli import main as fsm_main
 from fsm.engine.config import TurnConfig
 from fsm.engine.locks import ChannelLockRegistry
 from fsm.engine.prefill import TurnRequest
 from fsm.engine.provider import AbortSignal, PassRequest, ProviderEvent, TextDelta
 from fsm.engine.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult
 from fsm.engine.turn import Turn
-from fsm.journal import JournalRecorder, journal_document, serialize_journal
+from fsm.journal import JournalRecorder, journal_document, read_journal, serialize_journal
 from fsm.review.replay import replay_difference
 from fsm.scenarios.format import parse_scenario
 from fsm.scenarios.runner import play_virtual
 from fsm.scenarios.scripted import InMemoryChannel, history_items
 from providers import build_provider
 from providers.replay_server import Pause, ReplayServer, Send, Step
+from turn_engine.journals import JournalStore
+from turn_engine.settings import JournalSettings
 
 from providers_support import config_for, sse
 
@@ -356,3 +361,26 @@ def test_a_kill_before_the_turn_began_replays() -> None:
     assert document["events"] == [{"at": 0.0, "kill": True, "before_start": True}]
     assert [t["event"] for t in document["journal"]] == ["kill"]
     assert replay_difference(document, "killed before") is None
+
+
+def test_a_tool_result_with_nan_is_journaled_by_the_bot_readable_and_replays(
+        tmp_path: Path) -> None:
+    # covers D57 with the journal rule: a number JSON cannot hold (a tool's NaN) is written
+    # as null in the bot's journal, which `python -m fsm replay` then reads and replays
+    async def score(_args: CityArgs, _ctx: ToolContext) -> ToolResult:
+        return ToolResult.ok({"city": "Paris", "score": math.nan, "range": [-math.inf, 1.5]})
+
+    call = {"index": 0, "id": "call_1", "type": "function",
+            "function": {"name": "score", "arguments": "{\"city\": \"Paris\"}"}}
+    script = [Send(sse(chunk({"tool_calls": [call]}))), Send(sse(chunk({}, "tool_calls"))),
+              Send(sse("[DONE]"))]
+    tools = ToolRegistry([FunctionTool(name="score", description="score", args_model=CityArgs,
+                                       func=score)])
+    document = asyncio.run(_record(script, tools=tools, config=TurnConfig(max_iterations=2)))
+    path = JournalStore(JournalSettings(dir=str(tmp_path))).write("nan", document)
+    assert path is not None
+    written = read_journal(path)
+    assert written["tools"]["score"][0]["data"] == {"city": "Paris", "score": None,
+                                                    "range": [None, 1.5]}
+    assert written["result"]["status"] == document["result"]["status"]
+    assert fsm_main(["replay", str(path)]) == 0

@@ -54,23 +54,25 @@ RESCAN_EVERY = 1000
 def encode_journal(document: dict[str, Any]) -> bytes:
     """The journal as one line of UTF-8 JSON: by orjson where it writes what the standard
     library would (`fsm.journal.encoding`), by the standard library's C encoder (compact
-    separators) otherwise. Bytes and unknown objects are written as `jsonable` writes them;
-    a lone surrogate (half an emoji cut by a provider) as its JSON escape, so the file stays
-    valid UTF-8 and reads back unchanged."""
+    separators) otherwise. Bytes, non-finite floats and unknown objects are written as
+    `jsonable` writes them; a lone surrogate (half an emoji cut by a provider) as its JSON
+    escape, so the file stays valid UTF-8 and reads back unchanged."""
     fast = orjson_bytes(document, jsonable)
     if fast is not None:
         return fast
     try:
-        text = json.dumps(document, ensure_ascii=False, separators=(",", ":"),
-                          default=jsonable)
-    except TypeError:  # a key json cannot write (a tuple, say): jsonable makes it a string
-        document = jsonable(document)
-        text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
-    try:
-        return (text + "\n").encode("utf-8")
+        return (_stdlib_json(document, ascii_only=False) + "\n").encode("utf-8")
     except UnicodeEncodeError:
-        return (json.dumps(document, ensure_ascii=True, separators=(",", ":"),
-                           default=jsonable) + "\n").encode("ascii")
+        return (_stdlib_json(document, ascii_only=True) + "\n").encode("ascii")
+
+
+def _stdlib_json(document: dict[str, Any], *, ascii_only: bool) -> str:
+    try:
+        return json.dumps(document, ensure_ascii=ascii_only, separators=(",", ":"),
+                          default=jsonable, allow_nan=False)
+    except (TypeError, ValueError):  # a key json cannot write (a tuple, say), a non-finite
+        pass  # float: jsonable makes them a string and None
+    return json.dumps(jsonable(document), ensure_ascii=ascii_only, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ import base64
 import dataclasses
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,8 @@ __all__ = ["JournalRecorder", "RecordingStash", "journal_document", "jsonable",
 
 
 def jsonable(value: Any) -> Any:
-    """A JSON-safe copy: bytes become a digest record, unknown objects their repr."""
+    """A JSON-safe copy: bytes become a digest record, a non-finite float `None` (JSON has
+    no NaN; the readers refuse one), unknown objects their repr."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         raw = bytes(value)
         if len(raw) <= 64:
@@ -44,6 +46,8 @@ def jsonable(value: Any) -> Any:
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return repr(value)
