@@ -50,6 +50,8 @@ KILL_AFTER_FIRST_SEND_S = 1.0
 READY_TIMEOUT_S = 120.0
 QUIET_S = 20.0
 RUN_TIMEOUT_S = 300.0
+INCOMPLETE_SHOWN = 5
+LOG_TAIL_CHARS = 4000
 
 
 def reply_text() -> str:
@@ -127,6 +129,12 @@ class Run:
     """Tracebacks the bot process printed."""
     replies_per_s: float = 0.0
     """Whole replies over the time from the first mention to the last reply's last send."""
+    incomplete: dict[str, list[tuple[float, str, int]]] = field(default_factory=dict)
+    """For the first few replies that did not arrive whole (killed channels aside): each
+    request of their channel (seconds after its mention, route, status), so that a run that
+    misses replies shows where each stopped."""
+    log_tail: str = ""
+    """The bot process's last log lines (warnings and errors) when a reply was missing."""
 
     def summary(self) -> dict[str, Any]:
         n = self.channels
@@ -150,6 +158,7 @@ class Run:
             "stopped": self.stopped, "sends": self.sends, "rate_limited": self.rate_limited,
             "active_s": self.active_s, "per_reply": self.per_reply,
             "replies_per_s": self.replies_per_s, "errors": self.errors,
+            "incomplete": self.incomplete, "log_tail": self.log_tail,
         }
 
 
@@ -261,6 +270,8 @@ async def _one_run(channels: int, *, profile: bool = False, sweep: str = "amorti
             await proc.wait()
             stderr = log_path.read_bytes()
             run.errors = stderr.count(b"Traceback")
+            if run.incomplete:
+                run.log_tail = stderr.decode(errors="replace")[-LOG_TAIL_CHARS:]
             await emu.stop(check=False)
             await provider.stop()
             if driver_core is not None:
@@ -319,6 +330,9 @@ async def _measure(emu: DiscordEmulator, proc: asyncio.subprocess.Process, ids: 
                           for c in monitor.answered_at if c in monitor.kill_at]
     run.kill_at = monitor.kill_at
     whole = [c for c in ids if c not in kill and monitor.delivered[c] >= monitor.expected]
+    answered = set(whole)
+    missing = [c for c in ids if c not in kill and c not in answered][:INCOMPLETE_SHOWN]
+    run.incomplete = _requests_of(emu.requests[since:], missing, mention_at)
     run.per_reply = requests_per_reply(emu.requests[since:], whole)
     if whole:
         run.replies_per_s = len(whole) / (max(monitor.last_send_of[c] for c in whole)
@@ -337,6 +351,18 @@ def _finish(run: Run, result: dict[str, Any], emu: DiscordEmulator) -> None:
     run.sends = len(emu.requests_to(SEND_MESSAGE, status=200))
     run.rate_limited = len(emu.requests_to(SEND_MESSAGE, status=429))
     run.profile = result.get("profile")
+
+
+def _requests_of(requests: list[RecordedRequest], channels: list[int],
+                 mention_at: dict[int, float]) -> dict[str, list[tuple[float, str, int]]]:
+    """Each request of `channels`: seconds after the channel's mention, route, status."""
+    wanted = {str(c): mention_at[c] for c in channels}
+    shown: dict[str, list[tuple[float, str, int]]] = {c: [] for c in wanted}
+    for r in requests:
+        channel = r.params.get("channel_id")
+        if channel in wanted:
+            shown[channel].append((round(r.at - wanted[channel], 3), r.route, r.status))
+    return shown
 
 
 def requests_per_reply(requests: list[RecordedRequest], channels: list[int]

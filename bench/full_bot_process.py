@@ -117,6 +117,8 @@ def prepared() -> tuple[dict[str, Any], list[tuple[str, float]]]:
     if config.get("core") is not None:
         os.sched_setaffinity(0, {int(config["core"])})
     logging.basicConfig(level=logging.ERROR)
+    for project in ("turn_engine", "discord_io", "fsm", "providers"):  # its own warnings too
+        logging.getLogger(project).setLevel(logging.WARNING)
     _point_discord_py(config)
     calls: list[tuple[str, float]] = []
     _record_send_calls(calls)
