@@ -23,7 +23,10 @@ def mint_call_id() -> str:
 def tool_call(name: str, raw: str, call_id: str | None, *, cut: bool = False) -> ToolCallRequest:
     """A call from its accumulated argument text; `cut` says the provider stopped mid-call.
 
-    Empty text means a call without arguments (`{}`), unless the call was cut.
+    Empty text means a call without arguments (`{}`), unless the call was cut. Arguments that
+    cannot be read — malformed, or JSON Python will not read (an integer past its digit limit,
+    nesting past its recursion limit) — mark the call truncated: it never runs (T4), and the
+    stream goes on instead of the adapter raising.
     """
     arguments: dict[str, Any] = {}
     truncated = cut
@@ -31,7 +34,7 @@ def tool_call(name: str, raw: str, call_id: str | None, *, cut: bool = False) ->
     if text:
         try:
             value = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # malformed, or JSON Python will not read
             value = None
         if isinstance(value, dict):
             arguments = value

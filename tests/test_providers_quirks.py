@@ -152,6 +152,26 @@ async def test_length_stop_cuts_the_last_tool_call() -> None:
     assert summary.tool_calls[1].raw_arguments == '{"q": "par'
 
 
+UNREADABLE_ARGUMENTS = ('{"n": ' + "7" * 5000 + "}", '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+"""Arguments JSON allows but Python will not read: an integer past the interpreter's digit
+limit, nesting past its recursion limit."""
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("arguments", UNREADABLE_ARGUMENTS, ids=["huge-integer", "deep-nesting"])
+async def test_arguments_python_cannot_read_are_a_call_that_never_runs(arguments: str) -> None:
+    """covers T4: a call whose arguments cannot be read is marked as such and never runs;
+    the stream goes on and the pass ends as the server said, whatever the arguments hold."""
+    calls = [{"index": 0, "id": "c0", "function": {"name": "roll", "arguments": arguments}},
+             {"index": 1, "id": "c1", "function": {"name": "time", "arguments": "{}"}}]
+    script = sse(chunk({"tool_calls": calls}), chunk({}, "tool_calls"), "[DONE]")
+    _, summary, _ = await run("openai", script)
+    assert summary.error is None and summary.finish_reason == "tool_calls"
+    assert [(c.name, c.truncated, c.arguments) for c in summary.tool_calls] == [
+        ("roll", True, {}), ("time", False, {})]
+    assert summary.tool_calls[0].raw_arguments == arguments
+
+
 @pytest.mark.asyncio
 async def test_azure_prompt_filter_chunk_and_content_filter_finish() -> None:
     """covers S8: Azure opens with a choices-less filter chunk, and a `content_filter` finish
