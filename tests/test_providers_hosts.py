@@ -176,6 +176,24 @@ async def test_openai_chat_model_gets_no_reasoning_effort() -> None:
     assert "reasoning_effort" not in body and body["max_tokens"] == 4096
 
 
+async def test_azure_chat_model_gets_no_reasoning_effort() -> None:
+    """covers P2: an Azure deployment of a model that does not reason refuses
+    `reasoning_effort` as OpenAI's own API does."""
+    body, _ = await host_request("openai", "https://myres.openai.azure.com/openai/v1",
+                                 continuation(with_history=False), model="gpt-4o",
+                                 reasoning={"effort": "low"})
+    assert "reasoning_effort" not in body and "reasoning" not in body
+
+
+async def test_openrouter_effort_goes_in_its_reasoning_object() -> None:
+    """covers P2: on OpenRouter an effort (no token budget) is sent as
+    `reasoning: {"effort": ...}`, the only form it documents besides `max_tokens`."""
+    body, _ = await host_request("openai", "https://openrouter.ai/api/v1",
+                                 continuation(with_history=False), model="openai/o4-mini",
+                                 reasoning={"effort": "high"})
+    assert body["reasoning"] == {"effort": "high"} and "reasoning_effort" not in body
+
+
 async def test_azure_deployment_gets_its_key_header_and_api_version() -> None:
     """covers P1, G4, A4: an Azure deployment: the OpenAI schema with `stream_options`, the
     key in `api-key`, the API version as a query parameter, no prefill turn (the

@@ -99,6 +99,7 @@ async def test_openai_request_shape() -> None:
         "system",
         "assistant",
     ]
+    assert body["messages"][4]["content"][0] == {"type": "text", "text": "bob: what is this?"}
     assert body["messages"][4]["content"][1] == {
         "type": "image_url",
         "image_url": {"url": f"data:image/png;base64,{PNG}"},
