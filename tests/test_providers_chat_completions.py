@@ -109,7 +109,8 @@ async def test_a_trailing_empty_finish_reason_leaves_the_reply_complete() -> Non
                                           "total_tokens": 4}
 
 
-@pytest.mark.parametrize("repeated", [{"name": ""}, {"name": "get_time", "id": ""}])
+@pytest.mark.parametrize("repeated", [{"name": ""}, {"name": "get_time", "id": ""},
+                                      {"name": "get_time"}, {"name": "get_time", "id": "call_t1"}])
 async def test_empty_names_and_ids_on_later_deltas_keep_one_call(
         repeated: dict[str, str]) -> None:
     """covers T4: servers that repeat `name` and `id` on every delta, empty after the first,
@@ -171,3 +172,45 @@ async def test_a_length_stop_marks_only_the_last_call_cut(reason: str) -> None:
     assert [(c.id, c.truncated) for c in summary.tool_calls] == [("call_a", False),
                                                                  ("call_b", True)]
     assert (summary.finish_reason, summary.error) == (reason, None)
+
+
+async def test_calls_of_one_function_at_index_0_split_after_fragmented_arguments() -> None:
+    """covers T4: a server that puts every call at index 0 (Ollama) starts the second call of
+    the same function under a new id once the first one's fragments form a whole object."""
+    def part(arguments: str, call_id: str | None = None) -> dict[str, Any]:
+        head = {"id": call_id, "function": {"name": "get_weather", "arguments": arguments}} \
+            if call_id else {"function": {"arguments": arguments}}
+        return {"choices": [choice({"tool_calls": [{"index": 0, **head}]})]}
+
+    script = sse(part('{"city": ', "call_a"), part('"Oslo"}'), part('{"city": "Rome"}', "call_b"),
+                 {"choices": [choice({}, "tool_calls")]}, "[DONE]")
+    _, summary, _ = await run("openai", script)
+    assert [(c.id, c.arguments) for c in summary.tool_calls] == [
+        ("call_a", {"city": "Oslo"}), ("call_b", {"city": "Rome"})]
+
+
+async def test_an_id_minted_per_delta_does_not_split_a_call() -> None:
+    """covers T4: servers that mint a new id on every delta (and repeat the name) while the
+    arguments are still arriving make one call, with the first id."""
+    def part(arguments: str, call_id: str) -> dict[str, Any]:
+        call = {"index": 0, "id": call_id,
+                "function": {"name": "get_weather", "arguments": arguments}}
+        return {"choices": [choice({"tool_calls": [call]})]}
+
+    script = sse(part('{"city": ', "call_1"), part('"Oslo"}', "call_2"),
+                 {"choices": [choice({}, "tool_calls")]}, "[DONE]")
+    _, summary, _ = await run("openai", script)
+    [call] = summary.tool_calls
+    assert (call.id, call.arguments, call.truncated) == ("call_1", {"city": "Oslo"}, False)
+
+
+async def test_reasoning_tokens_are_counted() -> None:
+    """covers P7: OpenAI's `completion_tokens_details.reasoning_tokens` is counted as the
+    pass's reasoning tokens."""
+    usage = {"prompt_tokens": 9, "completion_tokens": 30, "total_tokens": 39,
+             "completion_tokens_details": {"reasoning_tokens": 24}}
+    script = sse({"choices": [choice({"content": "42"}, "stop")]},
+                 {"choices": [], "usage": usage}, "[DONE]")
+    _, summary, _ = await run("openai", script)
+    assert summary.as_json()["usage"] == {"input_tokens": 9, "output_tokens": 30,
+                                          "total_tokens": 39, "thoughts_tokens": 24}

@@ -1,0 +1,107 @@
+"""What Anthropic Messages requests carry and what its streams' less common shapes make of
+the turn (issue 29's mutation run over providers/anthropic.py): the output limit nobody set,
+call ids from other providers, a cut tool call, the usage counted. Each request and stream
+goes over loopback HTTP through the real adapter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import pytest
+
+from fsm.engine.provider import AbortSignal, HistoryEntry, PassRequest, ReasoningState
+from providers.factory import build_provider
+from providers.replay_server import ReplayServer
+
+from providers_support import OK_STREAMS, anthropic_sse, config_for, run
+
+pytestmark = pytest.mark.asyncio
+
+QUESTION = [{"role": "user", "content": "alice: weather in Paris?"}]
+
+
+async def sent_body(request: PassRequest, **overrides: Any) -> dict[str, Any]:
+    async with ReplayServer(OK_STREAMS["anthropic"]) as server, \
+            aiohttp.ClientSession() as session:
+        provider = build_provider(config_for(server, "anthropic", **overrides), session)
+        events = [e async for e in provider.stream(request, AbortSignal())]
+    assert not any(type(e).__name__ == "ProviderError" for e in events), events
+    [recorded] = server.requests
+    body: dict[str, Any] = recorded.json()
+    return body
+
+
+def tool_block(index: int, call_id: str, *fragments: str, stop: bool = True) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = [{"type": "content_block_start", "index": index,
+                                     "content_block": {"type": "tool_use", "id": call_id,
+                                                       "name": "get_weather", "input": {}}}]
+    events += [{"type": "content_block_delta", "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": f}} for f in fragments]
+    if stop:
+        events.append({"type": "content_block_stop", "index": index})
+    return events
+
+
+def ending(reason: str, **usage: int) -> list[dict[str, Any]]:
+    return [{"type": "message_delta", "delta": {"stop_reason": reason}, "usage": usage},
+            {"type": "message_stop"}]
+
+
+async def test_the_output_limit_defaults_to_4096_tokens() -> None:
+    """covers P1: the Messages API requires `max_tokens`; without a configured limit the
+    request asks for 4,096."""
+    body = await sent_body(PassRequest(context_items=QUESTION, function_history=[]))
+    assert body["max_tokens"] == 4096 and "thinking" not in body
+
+
+async def test_call_ids_from_other_providers_are_made_safe_for_both_blocks() -> None:
+    """covers T7, P3: a fallback's history may hold ids Anthropic refuses (another provider's
+    `fc/1.a`); each unsafe character becomes `_`, the same in the call and its result."""
+    entry = HistoryEntry(tool_name="get_weather", arguments={"city": "Paris"},
+                         result={"forecast": "sunny"}, call_id="fc/1.a")
+    body = await sent_body(PassRequest(context_items=QUESTION, function_history=[entry]))
+    call, result = body["messages"][1]["content"][0], body["messages"][2]["content"][0]
+    assert (call["type"], call["id"]) == ("tool_use", "fc_1_a")
+    assert (result["type"], result["tool_use_id"]) == ("tool_result", "fc_1_a")
+
+
+async def test_a_max_tokens_stop_cuts_the_last_call_even_when_it_parses() -> None:
+    """covers T4, P6: on `max_tokens` the last tool block may have been cut where its JSON
+    happened to close; it never runs, the call before it does, and the turn is no error."""
+    script = anthropic_sse(*tool_block(0, "toolu_a", '{"city": "Oslo"}'),
+                           *tool_block(1, "toolu_b", '{"city": "Rome"}'),
+                           *ending("max_tokens", output_tokens=50))
+    _, summary, _ = await run("anthropic", script)
+    assert [(c.id, c.arguments, c.truncated) for c in summary.tool_calls] == [
+        ("toolu_a", {"city": "Oslo"}, False), ("toolu_b", {"city": "Rome"}, True)]
+    assert (summary.finish_reason, summary.error) == ("max_tokens", None)
+
+
+async def test_thinking_stays_on_after_parallel_calls_with_one_signed_block() -> None:
+    """covers P2, P5: after a turn of parallel calls, whose thinking rides on the first call
+    only, the next request still has thinking on and sends that block back first."""
+    thought = {"type": "thinking", "thinking": "Two cities.", "signature": "c2ln"}
+    state = ReasoningState("anthropic:test-model", (thought,))
+    calls = [HistoryEntry(tool_name="get_weather", arguments={"city": city},
+                          result={"forecast": "sunny"}, call_id=f"toolu_{city}", batch="b1",
+                          reasoning=state if city == "Oslo" else None)
+             for city in ("Oslo", "Rome")]
+    body = await sent_body(PassRequest(context_items=QUESTION, function_history=calls),
+                           reasoning={"budget_tokens": 2048}, max_output_tokens=1000)
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert body["max_tokens"] == 3048
+    turn = body["messages"][1]["content"]
+    assert [block["type"] for block in turn] == ["thinking", "tool_use", "tool_use"]
+    assert turn[0] == thought
+
+
+async def test_an_image_by_url_goes_as_a_url_source() -> None:
+    """covers R7, P3: an image the context names by URL is sent as Anthropic's `url`
+    source beside its caption, not inlined and not dropped."""
+    item = {"role": "user", "content": [{"type": "text", "text": "bob: look"},
+                                        {"type": "image", "url": "https://x.example/cat.png"}]}
+    body = await sent_body(PassRequest(context_items=[item], function_history=[]))
+    assert body["messages"][0]["content"] == [
+        {"type": "text", "text": "bob: look"},
+        {"type": "image", "source": {"type": "url", "url": "https://x.example/cat.png"}}]
