@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from providers_support import run, sse
+from providers.replay_server import ReplayServer
+
+from providers_support import collect, run, sse
 
 pytestmark = pytest.mark.asyncio
 
@@ -214,3 +216,13 @@ async def test_reasoning_tokens_are_counted() -> None:
     _, summary, _ = await run("openai", script)
     assert summary.as_json()["usage"] == {"input_tokens": 9, "output_tokens": 30,
                                           "total_tokens": 39, "thoughts_tokens": 24}
+
+
+@pytest.mark.looptime
+async def test_the_turn_ends_at_done_though_the_server_keeps_the_stream_open() -> None:
+    """covers S8, S5: `[DONE]` ends the answer; a server that then holds the connection open
+    does not keep the turn waiting into a stall error."""
+    script = sse({"choices": [choice({"content": "Hi"}, "stop")]}, "[DONE]") + b":@hang\n"
+    async with ReplayServer(script) as server:
+        _, summary = await collect(server, "openai", read_timeout_s=45)
+    assert ("".join(summary.text), summary.finish_reason, summary.error) == ("Hi", "stop", None)

@@ -10,11 +10,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from fsm.engine.provider import AbortSignal, HistoryEntry, PassRequest, ReasoningState
+from fsm.engine.provider import AbortSignal, HistoryEntry, KeepAlive, PassRequest, ReasoningState
 from providers.factory import build_provider
 from providers.replay_server import ReplayServer
 
-from providers_support import OK_STREAMS, anthropic_sse, config_for, run
+from providers_support import OK_STREAMS, anthropic_sse, collect, config_for, run
 
 pytestmark = pytest.mark.asyncio
 
@@ -105,3 +105,65 @@ async def test_an_image_by_url_goes_as_a_url_source() -> None:
     assert body["messages"][0]["content"] == [
         {"type": "text", "text": "bob: look"},
         {"type": "image", "source": {"type": "url", "url": "https://x.example/cat.png"}}]
+
+
+async def test_a_max_tokens_stop_cuts_a_lone_first_call() -> None:
+    """covers T4, P6: the message's only block, a tool call at index 0 whose JSON closed,
+    is cut by `max_tokens` like any last block."""
+    script = anthropic_sse(*tool_block(0, "toolu_a", '{"city": "Oslo"}'),
+                           *ending("max_tokens", output_tokens=50))
+    _, summary, _ = await run("anthropic", script)
+    [call] = summary.tool_calls
+    assert (call.id, call.truncated) == ("toolu_a", True)
+
+
+async def test_a_tool_block_never_closed_is_cut() -> None:
+    """covers T4: a tool block with no `content_block_stop` before the message ended was cut
+    mid-stream, even when its JSON so far parses; it never runs."""
+    script = anthropic_sse(*tool_block(0, "toolu_a", '{"city": "Oslo"}', stop=False),
+                           *ending("tool_use", output_tokens=20))
+    _, summary, _ = await run("anthropic", script)
+    [call] = summary.tool_calls
+    assert (call.id, call.arguments, call.truncated) == ("toolu_a", {"city": "Oslo"}, True)
+
+
+@pytest.mark.looptime
+async def test_the_turn_ends_at_message_stop_though_the_server_keeps_the_stream_open() -> None:
+    """covers S8, S5: `message_stop` ends the answer; a server (or proxy) that then holds the
+    connection open does not keep the turn waiting into a stall error."""
+    script = anthropic_sse({"type": "content_block_delta", "index": 0,
+                            "delta": {"type": "text_delta", "text": "Hi"}},
+                           *ending("end_turn", output_tokens=1)) + b":@hang\n"
+    async with ReplayServer(script) as server:
+        _, summary = await collect(server, "anthropic", read_timeout_s=45)
+    assert ("".join(summary.text), summary.finish_reason, summary.error) == ("Hi", "end_turn",
+                                                                            None)
+
+
+async def test_pings_reach_the_engine_as_liveness() -> None:
+    """covers S5: Anthropic's `ping` events are liveness the engine's idle timer sees, never
+    text."""
+    script = anthropic_sse({"type": "ping"}, {"type": "content_block_delta", "index": 0,
+                                              "delta": {"type": "text_delta", "text": "Hi"}},
+                           {"type": "ping"}, *ending("end_turn"))
+    events, summary, _ = await run("anthropic", script)
+    assert events.count(KeepAlive("ping")) == 2 and "".join(summary.text) == "Hi"
+
+
+async def test_an_error_event_in_its_own_words_keeps_its_first_200_characters() -> None:
+    """covers S8: an `event: error` whose data is not Anthropic's error object (a proxy's
+    own) ends the turn with the start of that data as the message, 200 characters."""
+    data = '{"detail": "' + "upstream proxy failure; " * 20 + '"}'
+    _, summary, _ = await run("anthropic", f"event: error\ndata: {data}\n\n".encode())
+    assert summary.error is not None and summary.error.kind == "provider_stream_error"
+    assert summary.error.message == data[:200]
+
+
+async def test_a_stream_without_a_stop_reason_names_what_was_missing() -> None:
+    """covers S8, S13: a Messages stream closed before any `message_delta` stop reason is an
+    incomplete stream, and the error names what never came."""
+    script = anthropic_sse({"type": "content_block_delta", "index": 0,
+                            "delta": {"type": "text_delta", "text": "cut"}})
+    _, summary, _ = await run("anthropic", script)
+    assert summary.error is not None and summary.error.type == "incomplete_stream"
+    assert summary.error.message == "stream ended before message_delta with a stop reason"
