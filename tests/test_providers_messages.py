@@ -167,3 +167,102 @@ async def test_a_stream_without_a_stop_reason_names_what_was_missing() -> None:
     _, summary, _ = await run("anthropic", script)
     assert summary.error is not None and summary.error.type == "incomplete_stream"
     assert summary.error.message == "stream ended before message_delta with a stop reason"
+
+
+async def test_thinking_opened_with_text_and_never_signed_goes_back_as_streamed() -> None:
+    """covers P4, P5: a thinking block whose start already carries text, and that no
+    `signature_delta` followed, is reasoning (not reply) and rides on the call exactly as
+    streamed: its whole text and an empty signature."""
+    script = anthropic_sse(
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "thinking", "thinking": "Let me"}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "thinking_delta", "thinking": " think."}},
+        {"type": "content_block_stop", "index": 0},
+        *tool_block(1, "toolu_a", "{}"), *ending("tool_use"))
+    _, summary, _ = await run("anthropic", script)
+    [call] = summary.tool_calls
+    assert "".join(summary.reasoning) == "Let me think." and summary.text == []
+    assert call.reasoning is not None
+    assert call.reasoning.items == ({"type": "thinking", "thinking": "Let me think.",
+                                     "signature": ""},)
+
+
+async def test_a_tool_block_without_a_name_has_an_empty_name() -> None:
+    """covers T4: a tool_use block that names no function still becomes a call with an empty
+    name (the engine answers it as an unknown tool)."""
+    script = anthropic_sse({"type": "content_block_start", "index": 0,
+                            "content_block": {"type": "tool_use", "id": "toolu_a"}},
+                           {"type": "content_block_stop", "index": 0}, *ending("tool_use"))
+    _, summary, _ = await run("anthropic", script)
+    [call] = summary.tool_calls
+    assert (call.name, call.id, call.arguments) == ("", "toolu_a", {})
+
+
+@pytest.mark.parametrize("block", [{"type": "redacted_thinking", "data": "ZW5j"},
+                                   {"type": "redacted_thinking"}])
+async def test_redacted_thinking_rides_on_the_call_as_streamed(block: dict[str, str]) -> None:
+    """covers P5: a redacted_thinking block goes back with the call's turn carrying the data
+    it streamed (none streamed: empty), never invented data."""
+    script = anthropic_sse({"type": "content_block_start", "index": 0, "content_block": block},
+                           {"type": "content_block_stop", "index": 0},
+                           *tool_block(1, "toolu_a", "{}"), *ending("tool_use"))
+    _, summary, _ = await run("anthropic", script)
+    [call] = summary.tool_calls
+    assert call.reasoning is not None
+    assert call.reasoning.items == ({"type": "redacted_thinking", "data": block.get("data", "")},)
+
+
+async def test_a_thinking_delta_without_its_block_start_is_still_reasoning() -> None:
+    """covers P4, S8: a thinking delta for a block the stream never started (a proxy that
+    dropped the start) is reasoning, and the turn still ends with its answer."""
+    script = anthropic_sse({"type": "content_block_delta", "index": 0,
+                            "delta": {"type": "thinking_delta", "thinking": "Hmm."}},
+                           {"type": "content_block_delta", "index": 1,
+                            "delta": {"type": "text_delta", "text": "Yes."}},
+                           *ending("end_turn"))
+    _, summary, _ = await run("anthropic", script)
+    assert ("".join(summary.reasoning), "".join(summary.text), summary.error) == (
+        "Hmm.", "Yes.", None)
+
+
+async def test_deltas_for_blocks_never_started_are_ignored() -> None:
+    """covers S8, T4: a signature or argument fragment for a block the stream never started
+    is dropped: no call is invented and the answer still arrives whole."""
+    script = anthropic_sse({"type": "content_block_delta", "index": 5,
+                            "delta": {"type": "signature_delta", "signature": "c2ln"}},
+                           {"type": "content_block_delta", "index": 6,
+                            "delta": {"type": "input_json_delta", "partial_json": "{}"}},
+                           {"type": "content_block_delta", "index": 0,
+                            "delta": {"type": "text_delta", "text": "Fine."}},
+                           *ending("end_turn"))
+    _, summary, _ = await run("anthropic", script)
+    assert ("".join(summary.text), summary.tool_calls, summary.error) == ("Fine.", [], None)
+
+
+async def test_a_later_message_delta_keeps_the_first_stop_reason() -> None:
+    """covers P6, P7: a second `message_delta` that carries only usage (or no reason)
+    neither replaces the stop reason nor loses its tokens."""
+    script = anthropic_sse({"type": "content_block_delta", "index": 0,
+                            "delta": {"type": "text_delta", "text": "Hi"}},
+                           {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                            "usage": {"output_tokens": 1}},
+                           {"type": "message_delta", "delta": {"stop_reason": None},
+                            "usage": {"output_tokens": 2}},
+                           {"type": "message_stop"})
+    _, summary, _ = await run("anthropic", script)
+    assert (summary.finish_reason, summary.error) == ("end_turn", None)
+    assert summary.as_json()["usage"] == {"output_tokens": 2}
+
+
+async def test_a_refusal_keeps_the_explanation_anthropic_gave() -> None:
+    """covers P6, G2: a `refusal` stop ends the turn blocked, and the error keeps the
+    explanation in `stop_details` for the operator."""
+    script = anthropic_sse({"type": "message_delta",
+                            "delta": {"stop_reason": "refusal",
+                                      "stop_details": {"explanation": "policy: weapons"}},
+                            "usage": {"output_tokens": 3}}, {"type": "message_stop"})
+    _, summary, _ = await run("anthropic", script)
+    assert summary.error is not None
+    assert (summary.error.kind, summary.error.type) == ("blocked", "refusal")
+    assert summary.error.message == "the provider stopped the reply (refusal) (policy: weapons)"
