@@ -266,3 +266,35 @@ async def test_a_refusal_keeps_the_explanation_anthropic_gave() -> None:
     assert summary.error is not None
     assert (summary.error.kind, summary.error.type) == ("blocked", "refusal")
     assert summary.error.message == "the provider stopped the reply (refusal) (policy: weapons)"
+
+
+async def test_cached_input_tokens_count_as_input() -> None:
+    """covers P7: the prompt's cached parts (written and read) are input tokens too: the
+    input counted is all three."""
+    script = anthropic_sse({"type": "message_start", "message": {"usage": {
+                               "input_tokens": 10, "cache_creation_input_tokens": 100,
+                               "cache_read_input_tokens": 1000, "output_tokens": 1}}},
+                           *ending("end_turn", output_tokens=7))
+    _, summary, _ = await run("anthropic", script)
+    assert summary.as_json()["usage"] == {"input_tokens": 1110, "output_tokens": 7}
+
+
+async def test_a_max_tokens_stop_cuts_a_call_whose_events_carry_no_index() -> None:
+    """covers T4: a proxy that drops `index` from the events: the one tool block is still
+    the last one, so a `max_tokens` stop cuts it."""
+    events = [{k: v for k, v in event.items() if k != "index"}
+              for event in tool_block(0, "toolu_a", '{"city": "Oslo"}')]
+    _, summary, _ = await run("anthropic", anthropic_sse(*events, *ending("max_tokens")))
+    [call] = summary.tool_calls
+    assert (call.id, call.arguments, call.truncated) == ("toolu_a", {"city": "Oslo"}, True)
+
+
+async def test_text_that_is_not_a_string_is_dropped() -> None:
+    """covers S8: a text delta whose `text` is not a string (a broken proxy) adds nothing to
+    the reply, and the rest of the answer arrives."""
+    script = anthropic_sse({"type": "content_block_delta", "index": 0,
+                            "delta": {"type": "text_delta", "text": 42}},
+                           {"type": "content_block_delta", "index": 0,
+                            "delta": {"type": "text_delta", "text": "Hi"}}, *ending("end_turn"))
+    _, summary, _ = await run("anthropic", script)
+    assert ("".join(summary.text), summary.error) == ("Hi", None)
