@@ -112,7 +112,7 @@ async def test_a_whole_call_after_an_unclosed_streamed_one_cuts_it() -> None:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("closing", [{}, {"name": "", "willContinue": False}])
+@pytest.mark.parametrize("closing", [{}, {"name": "", "partialArgs": []}])
 async def test_a_closing_part_with_no_call_open_invents_none(closing: dict[str, object]) -> None:
     """covers T4: a streamed call's closing part (`functionCall: {}`, or one with an empty
     name) when no call is open adds no call; the answer stands."""
