@@ -119,3 +119,38 @@ async def test_a_closing_part_with_no_call_open_invents_none(closing: dict[str, 
     script = sse(chunk({"text": "Done."}), chunk({"functionCall": closing}, finish="STOP"))
     _, summary, _ = await run("gemini", script)
     assert ("".join(summary.text), summary.tool_calls, summary.error) == ("Done.", [], None)
+
+
+@pytest.mark.asyncio
+async def test_max_tokens_after_a_whole_call_is_no_error() -> None:
+    """covers P6, T4: `MAX_TOKENS` while the model was making calls is not an error; the
+    whole call it sent still runs (the engine continues the loop)."""
+    whole = {"functionCall": {"name": "get_time", "args": {"tz": "UTC"}}}
+    _, summary, _ = await run("gemini", sse(chunk(whole, finish="MAX_TOKENS")))
+    [call] = summary.tool_calls
+    assert (call.name, call.arguments, call.truncated) == ("get_time", {"tz": "UTC"}, False)
+    assert (summary.finish_reason, summary.error) == ("MAX_TOKENS", None)
+
+
+@pytest.mark.asyncio
+async def test_a_call_with_a_bad_id_name_or_signature_is_still_a_clean_call() -> None:
+    """covers T4, P5: a function call whose `id` is not a string gets a minted id, one with
+    no name an empty name, and a thoughtSignature that is not a string is not carried
+    back."""
+    call = {"functionCall": {"id": 7, "args": {}}, "thoughtSignature": 12345}
+    _, summary, _ = await run("gemini", sse(chunk(call, finish="STOP")))
+    [tool] = summary.tool_calls
+    assert tool.name == "" and tool.reasoning is None
+    assert isinstance(tool.id, str) and tool.id.startswith("call_")
+
+
+@pytest.mark.asyncio
+async def test_a_finish_message_reaches_the_error() -> None:
+    """covers P6, G2: Gemini's `finishMessage` beside a finish reason that is not an answer
+    is kept in the error the turn ends with."""
+    candidate = {"content": {"role": "model", "parts": [{"text": "x"}]},
+                 "finishReason": "MALFORMED_FUNCTION_CALL",
+                 "finishMessage": "Malformed function call: get_weather(city=)"}
+    _, summary, _ = await run("gemini", sse({"candidates": [candidate]}))
+    assert summary.error is not None and summary.error.type == "MALFORMED_FUNCTION_CALL"
+    assert summary.error.message.endswith("(Malformed function call: get_weather(city=))")
