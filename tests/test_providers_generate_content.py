@@ -154,3 +154,19 @@ async def test_a_finish_message_reaches_the_error() -> None:
     _, summary, _ = await run("gemini", sse({"candidates": [candidate]}))
     assert summary.error is not None and summary.error.type == "MALFORMED_FUNCTION_CALL"
     assert summary.error.message.endswith("(Malformed function call: get_weather(city=))")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("feedback", "message"), [
+    ({"blockReason": "PROHIBITED_CONTENT", "blockReasonMessage": "The prompt was blocked."},
+     "The prompt was blocked."),
+    ({"blockReason": "SAFETY"}, "the provider blocked the prompt (SAFETY)"),
+])
+async def test_a_blocked_prompt_ends_the_turn_blocked_with_its_message(
+        feedback: dict[str, str], message: str) -> None:
+    """covers P6, G2: `promptFeedback.blockReason` ends the turn blocked, with Gemini's own
+    message when it gave one and a plain one naming the reason otherwise."""
+    _, summary, _ = await run("gemini", sse({"promptFeedback": feedback}))
+    assert summary.error is not None
+    assert (summary.error.kind, summary.error.type, summary.error.message) == (
+        "blocked", feedback["blockReason"], message)
