@@ -74,7 +74,7 @@ async def test_an_error_flag_beside_its_message_keeps_the_message() -> None:
     """covers S8: a gateway's `{"error": true, "message": ...}` (no error object) still
     ends the turn with that message."""
     _, summary, _ = await run("openai", sse({"error": True, "message": "quota exhausted"}))
-    assert summary.error is not None and "quota exhausted" in summary.error.message
+    assert summary.error is not None and summary.error.message == "quota exhausted"
 
 
 async def test_choices_that_are_not_a_list_end_the_turn_with_a_clear_error() -> None:
