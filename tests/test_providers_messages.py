@@ -48,10 +48,12 @@ def ending(reason: str, **usage: int) -> list[dict[str, Any]]:
             {"type": "message_stop"}]
 
 
-async def test_the_output_limit_defaults_to_4096_tokens() -> None:
-    """covers P1: the Messages API requires `max_tokens`; without a configured limit the
-    request asks for 4,096."""
-    body = await sent_body(PassRequest(context_items=QUESTION, function_history=[]))
+async def test_without_an_output_limit_the_request_asks_for_4096_tokens() -> None:
+    """covers P1: the Messages API requires `max_tokens`; with the limit configured away
+    (`max_output_tokens: null`, which other APIs take as "no limit") the request asks for
+    4,096."""
+    body = await sent_body(PassRequest(context_items=QUESTION, function_history=[]),
+                           max_output_tokens=None)
     assert body["max_tokens"] == 4096 and "thinking" not in body
 
 
