@@ -8,7 +8,6 @@ import pytest
 
 from fsm.engine.provider import PassRequest
 from providers.gemini import ProviderIds
-
 from providers.replay_server import ReplayServer
 
 from providers_support import OK_STREAMS, collect, run, sse

@@ -32,7 +32,8 @@ async def sent_body(request: PassRequest, **overrides: Any) -> dict[str, Any]:
     return body
 
 
-def tool_block(index: int, call_id: str, *fragments: str, stop: bool = True) -> list[dict[str, Any]]:
+def tool_block(index: int, call_id: str, *fragments: str,
+               stop: bool = True) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = [{"type": "content_block_start", "index": index,
                                      "content_block": {"type": "tool_use", "id": call_id,
                                                        "name": "get_weather", "input": {}}}]
