@@ -72,10 +72,22 @@ def test_a_leading_think_block_is_reasoning_at_every_split() -> None:
     (["<thinking about it"], "<thinking about it", ""),
     (["Hi <think>x</think>"], "Hi <think>x</think>", ""),
     (["\n\nplain"], "\n\nplain", ""),
+    (["Hello", " world", "  again"], "Hello world  again", ""),
 ])
 def test_think_block_edges(pieces: list[str], text: str, thought: str) -> None:
     """covers P4: never closed is all reasoning; only a leading, exact tag counts."""
     assert through(ThinkTags(), pieces) == (text, thought)
+
+
+@pytest.mark.asyncio
+async def test_a_held_tag_start_released_by_a_heartbeat_keeps_the_text_after_it() -> None:
+    """covers P4: a reply starting with `<` (it might open `<think>`) is held; a heartbeat
+    before the next chunk releases it as text, and the text after it keeps its spaces."""
+    script = sse({"choices": [{"index": 0, "delta": {"content": "<"}}]}) + b": ping\n\n" + \
+        sse({"choices": [{"index": 0, "delta": {"content": " 3 is less than 4"},
+                          "finish_reason": "stop"}]}, "[DONE]")
+    _, summary, _ = await run("openai", script)
+    assert ("".join(summary.text), "".join(summary.reasoning)) == ("< 3 is less than 4", "")
 
 
 @pytest.mark.asyncio
