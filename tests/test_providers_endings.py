@@ -40,7 +40,9 @@ async def test_an_unknown_word_is_named_undocumented() -> None:
 
 
 async def test_a_cut_reply_without_detail_says_only_its_reason() -> None:
-    """covers P6: `length` without a call is a cut reply, worded with its reason alone."""
+    """covers P6, G2: `length` without a call is a cut reply, worded with its reason alone,
+    and worth another attempt."""
     _, summary, _ = await run("openai", finishing("length"))
     assert summary.error is not None and summary.error.type == "truncated"
+    assert summary.error.retryable  # the fallback continues from the delivered text
     assert summary.error.message == "the reply was cut off before it ended (length)"
