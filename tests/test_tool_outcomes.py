@@ -205,3 +205,16 @@ def test_a_restart_resets_the_error_count() -> None:
     }))
     assert played.result.status == "completed"
     assert played.provider.calls == 4
+
+
+def test_a_tool_requiring_a_follow_up_makes_a_silent_next_pass_no_answer() -> None:
+    # covers T10, T9: after a `requires_follow_up` tool the model must speak; the text
+    # delivered before the call is not the reply, so an empty pass is an empty response
+    played = play_virtual(parse_scenario({
+        "passes": [[{"at": 1, "text": "Looking it up. "},
+                    {"at": 2, "tool_call": {"name": "lookup"}}],
+                   [{"at": 1, "end": "empty"}]],
+        "tools": {"lookup": {"loop": "requires_follow_up",
+                             "outcomes": [{"success": True, "data": {"found": 3}}]}},
+    }))
+    assert played.result.status == "empty_response"
