@@ -159,10 +159,3 @@ class ChannelLockRegistry:
         if turn_kill is not None and turn_kill != stream_kill:  # bound methods: equal, not same
             turn_kill("kill")
         return True
-
-    def allow_follow_up_interrupt(self, lock: ChannelLock) -> bool:
-        """Count a follow-up interrupt against the per-lock cap (S17); False past the cap."""
-        if lock.follow_up_interrupts >= self.max_follow_up_interrupts:
-            return False
-        lock.follow_up_interrupts += 1
-        return True
