@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import BaseModel
@@ -34,10 +35,9 @@ class LoggingProvider(ScriptedProvider):
         super().__init__(parse_scenario({"passes": passes}).passes)
         self._log = log
 
-    def stream(self, request: PassRequest, abort: AbortSignal) -> Any:
+    def stream(self, request: PassRequest, abort: AbortSignal) -> AsyncIterator[ProviderEvent]:
         self._log.append(f"pass {self.calls + 1}")
-        events: Any = super().stream(request, abort)
-        return events
+        return super().stream(request, abort)
 
 
 def _call(name: str, args: dict[str, Any]) -> list[dict[str, Any]]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
+from fsm.engine.channel import Notice
 from fsm.engine.config import TurnConfig
+from fsm.engine.ledger import TurnLedger
 from fsm.engine.locks import ChannelLockRegistry
 from fsm.engine.provider import AbortSignal, PassRequest, ProviderEvent, TextDelta
 from fsm.engine.tools import ToolRegistry
@@ -101,3 +102,51 @@ async def test_a_busy_channel_allows_as_many_follow_up_interrupts_as_its_cap() -
         locks.carry_follow_up_interrupts(lock, queued_next=True)
         locks.release(lock)
     assert statuses == ["follow_up_interrupt", "follow_up_interrupt", "completed"]
+
+
+async def test_a_turn_killed_before_it_began_delivers_and_reports_no_text() -> None:
+    # covers S16 (a kill in Preparing): the review page shows a stopped turn with no text
+    locks = ChannelLockRegistry()
+    lock = locks.try_acquire("c", "t")
+    assert lock is not None
+    locks.request_stop("c")
+    channel = InMemoryChannel()
+    turn = Turn(provider=LandsThenHangs(), channel=channel, locks=locks, lock=lock,
+                tools=ToolRegistry())
+    result = await turn.run()
+    assert result.status == "stopped_by_user"
+    assert result.text == "" and result.passes == [] and result.delivered_text == ""
+
+
+async def test_the_result_keeps_each_passes_reasoning_as_the_thought_log() -> None:
+    # covers T8: the review page's thought log, one entry per pass that reasoned
+    played = await play(parse_scenario({
+        "passes": [[{"at": 1, "reasoning": "check the weather"},
+                    {"at": 2, "tool_call": {"name": "t"}}],
+                   [{"at": 1, "text": "Sunny."}, {"at": 2, "end": "completed"}]],
+        "tools": {"t": [{"success": True, "data": {}}]}}))
+    assert played.result.thoughts == {"owner": "assistant", "log": ["check the weather"]}
+    assert played.result.as_dict()["thoughts"]["log"] == ["check the weather"]
+
+
+class RefusesFirstNotice(InMemoryChannel):
+    """A channel where Discord refuses the first notice posted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+
+    async def post_notice(self, notice: Notice) -> None:
+        if not self.refused:
+            self.refused += 1
+            raise ConnectionError("discord said no")
+        await super().post_notice(notice)
+
+
+async def test_a_notice_discord_refuses_does_not_hold_back_the_next() -> None:
+    # covers G2, T1: the refused notice is not counted as seen; the next is still posted
+    ledger = TurnLedger()
+    ledger.outbox.extend([Notice.of("still_working"), Notice.of("max_iterations")])
+    channel = RefusesFirstNotice()
+    await ledger.post_notices(channel, "t")
+    assert ledger.notices == ["max_iterations"] and ledger.outbox == []
