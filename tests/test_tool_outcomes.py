@@ -10,11 +10,12 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from fsm.engine.config import TurnConfig
 from fsm.engine.locks import ChannelLockRegistry
-from fsm.engine.provider import AbortSignal, PassRequest, ProviderEvent
+from fsm.engine.provider import AbortSignal, PassRequest, ProviderEvent, TextDelta
 from fsm.engine.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult
 from fsm.engine.turn import Turn
 from fsm.journal import JournalRecorder, journal_document, serialize_journal
@@ -218,3 +219,43 @@ def test_a_tool_requiring_a_follow_up_makes_a_silent_next_pass_no_answer() -> No
                              "outcomes": [{"success": True, "data": {"found": 3}}]}},
     }))
     assert played.result.status == "empty_response"
+
+
+class SilentThenNeverSettles:
+    """A stream that sends "Hello", then goes silent and never ends, even once aborted."""
+
+    name = "never-settles"
+
+    def stream(self, request: PassRequest, abort: AbortSignal) -> AsyncIterator[ProviderEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[ProviderEvent]:
+        yield TextDelta("Hello")
+        await asyncio.sleep(3600)
+
+
+@pytest.mark.parametrize("settle_s", [5.0, 0.5])
+def test_a_stream_that_never_settles_is_journaled_and_replays(settle_s: float) -> None:
+    # covers S10 with the journal rule: the journal says the abandoned call settled only
+    # past the settle wait (the default's or a short one), so the replay waits the wait out
+    # and times out alike
+    async def record() -> dict[str, Any]:
+        locks = ChannelLockRegistry()
+        lock = locks.try_acquire("c", "live")
+        assert lock is not None
+        registry = ToolRegistry()
+        turn = Turn(provider=SilentThenNeverSettles(), channel=InMemoryChannel(),
+                    locks=locks, lock=lock, tools=registry,
+                    config=TurnConfig(settle_timeout_s=settle_s))
+        recorder = JournalRecorder(turn.turn_id, turn.config, registry)
+        turn.recorder = recorder
+        result = await turn.run()
+        locks.release(lock)
+        document = journal_document(recorder.scenario(), turn.transitions, result.as_dict())
+        loaded = json.loads(serialize_journal(document))
+        assert isinstance(loaded, dict)
+        return loaded
+
+    document = run_virtual(record)
+    assert document["result"]["status"] == "timeout"
+    assert replay_difference(document, "never settles") is None
