@@ -50,6 +50,7 @@ def check_invariants(played: Any) -> None:
     if run is not None:
         assert run.worker is None or run.worker.done()
         assert run.abort.fired and run.deadline is None and run.kill_handle is None
+    assert not turn._workers.live, turn._workers.live  # no worker outlives the turn (S14)
     assert not turn._tools.busy() and turn._tools.deadline is None
     assert not turn._restarts.busy()
     lock = turn.lock

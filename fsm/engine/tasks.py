@@ -73,6 +73,12 @@ class Workers:
             log.warning("workers of %s ignore cancellation; abandoned",
                         ", ".join(t.get_name() for t in self._live) or task.get_name())
 
+    @property
+    def live(self) -> frozenset[asyncio.Task[None]]:
+        """The workers not yet finished: none once the run is over, unless one ignores
+        cancellation (then abandoned with a warning)."""
+        return frozenset(self._live)
+
     def spawn(self, work: Work, name: str) -> asyncio.Task[None]:
         """Start `work` as a worker of the group (the turn must be running)."""
         group = self._group
