@@ -8,9 +8,11 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from fsm.engine.channel import TurnChannel
+from fsm.engine.channel import Notice, TurnChannel
 from fsm.engine.config import TurnConfig
+from fsm.engine.events import FirstToken, StreamEnded
 from fsm.engine.locks import ChannelLockRegistry
 from fsm.engine.prefill import TurnRequest
 from fsm.engine.provider import (
@@ -21,7 +23,7 @@ from fsm.engine.provider import (
     ProviderEvent,
     TextDelta,
 )
-from fsm.engine.tools import ToolRegistry
+from fsm.engine.tools import FunctionTool, ToolContext, ToolRegistry, ToolResult
 from fsm.engine.turn import Turn
 from fsm.journal import JournalRecorder, journal_document
 from fsm.review.replay import replay_on_loop
@@ -432,3 +434,78 @@ async def test_a_pass_that_begins_calls_the_provider_even_if_interrupted_at_once
     assert [line["event"] for line in turn.transitions] == ["begin", "follow_up"]
     assert len(provider.requests) == len(result.passes) == 1
     assert provider.aborts[0].fired
+
+
+async def test_the_stream_is_told_why_it_was_aborted() -> None:
+    # covers S10, S14: the abort carries its reason to the adapter: `timeout` for a genuine
+    # timeout, `pass ended` for a pass that ended on its own (the engine's clean-up abort)
+    hung = ProbeProvider([(1, "a")], hang=True)
+    assert (await _turn(hung, idle_timeout_s=20).run()).status == "timeout"
+    assert hung.aborts[0].reason == "timeout"
+    done = ProbeProvider([(1, "a")])
+    assert (await _turn(done).run()).status == "completed"
+    assert done.aborts[0].fired and done.aborts[0].reason == "pass ended"
+
+
+async def test_a_late_event_of_an_earlier_pass_is_ignored() -> None:
+    # covers S3, S14: pass 1 ended in a tool call and pass 2 streams; an end event that
+    # still names pass 1 arriving now does not end pass 2 (nor the turn)
+    async def weather(args: _City, ctx: ToolContext) -> ToolResult:
+        return ToolResult.ok({"city": args.city})
+
+    scenario = parse_scenario({"passes": [
+        [{"at": 1, "tool_call": {"name": "weather", "args": {"city": "Oslo"}}}],
+        [{"at": 1, "text": "Sunny "}, {"at": 6, "text": "in Oslo."}, {"at": 7, "end": "completed"}],
+    ]})
+    locks = ChannelLockRegistry()
+    lock = locks.try_acquire("c1", "test")
+    assert lock is not None
+    turn = Turn(provider=ScriptedProvider(scenario.passes), channel=InMemoryChannel(),
+                locks=locks, lock=lock,
+                tools=ToolRegistry([FunctionTool("weather", "w", _City, weather)]))
+    task = asyncio.create_task(turn.run())
+    await asyncio.sleep(4)
+    assert turn._passes.run is not None and turn._passes.run.no == 2
+    turn.mailbox.post(StreamEnded(1, "completed"))
+    turn.mailbox.post(FirstToken(1))
+    result = await task
+    assert result.status == "completed" and result.text == "Sunny in Oslo."
+    assert [p.status for p in result.passes] == ["function_call", "completed"]
+
+
+class _City(BaseModel):
+    city: str
+
+
+class _SlowNoticeChannel(InMemoryChannel):
+    """Takes twenty seconds to post a notice, as a rate-limited channel may."""
+
+    async def post_notice(self, notice: Notice) -> None:
+        await asyncio.sleep(20)
+        await super().post_notice(notice)
+
+
+async def test_a_stream_still_running_when_its_pass_ends_is_stopped_at_once() -> None:
+    # covers S14: an adapter that ignores the abort keeps its stream open past a timeout;
+    # when the pass ends, its worker is cancelled there and then, so nothing it yields
+    # later reaches the channel while the turn is still posting its timeout notice
+    class DeafProvider:
+        name = "deaf"
+
+        def stream(self, request: PassRequest, abort: AbortSignal) -> Any:
+            return self._gen()
+
+        async def _gen(self) -> Any:
+            await asyncio.sleep(1)
+            yield TextDelta("a")
+            await asyncio.sleep(30)
+            while True:
+                yield TextDelta("late")
+                await asyncio.sleep(1)
+
+    channel = _SlowNoticeChannel()
+    result = await _turn(DeafProvider(), channel=channel, idle_timeout_s=20,
+                         settle_timeout_s=0).run()
+    assert result.status == "timeout"
+    assert asyncio.get_running_loop().time() == pytest.approx(41.0)
+    assert channel.delivered == ["a"] and len(channel.notices) == 1
