@@ -132,13 +132,18 @@ async def test_drafting_review_log_keeps_call_result_and_continuation() -> None:
     # covers R10
     played = await play(parse_scenario({
         "config": {"drafting": True},
-        "passes": [[{"at": 1, "text": "Looking."}, {"at": 2, "tool_call": {"name": "process_gif"}}],
+        "passes": [[{"at": 1, "text": "Looking."},
+                    {"at": 2, "tool_call": {"name": "process_gif", "args": {"url": "a.gif"}}}],
                    [{"at": 1, "end": "completed"}]],
         "tools": {"process_gif": GIF},
         "stash": {"frames": {"role": "user", "content": "<frames>"}},
     }))
     log = played.result.review_log
     assert log[0]["call"] == "process_gif" and log[0]["result"]["success"] is True
+    assert log[0]["arguments"] == {"url": "a.gif"} and log[0]["pre_tool_text"] == "Looking."
+    # the live stash key is a one-time token: the log keeps a placeholder, the rest as sent
+    assert log[0]["result"]["data"] == {"type": "context_restart_gif",
+                                        "pending_context_key": "<stashed>"}
     assert "continuation" in log[1]
     assert played.result.function_history == []
     assert played.turn.replayable_calls == []  # never reused by a replacement attempt
@@ -159,3 +164,40 @@ async def test_media_item_appended_and_flag_fresh_per_turn() -> None:
     second = await play(scenario)
     assert second.provider.requests[0].tools  # a new turn starts with fresh flags
     assert second.turn.flags.disable_gif_processing is True  # its own restart set it again
+
+
+async def test_lookups_cut_off_by_the_budget_ask_nothing_more() -> None:
+    # covers R6, S14: the first reactor look-up answers only after the reveal's budget; the
+    # reveal goes on without it, and the look-ups stop there: the channel is not asked for
+    # the second reaction later, while the next pass still streams
+    played = await play(parse_scenario({
+        "config": {"tool_timeout_s": 10},
+        "passes": [[{"at": 1, "tool_call": {"name": "reveal_message_metadata"}}],
+                   [{"at": 1, "text": "Done."}, {"at": 40, "end": "completed"}]],
+        "tools": {"reveal_message_metadata": [
+            {"after": 0, "success": True, "data": {"type": "context_restart_message_metadata"}}]},
+        "history": [{"id": "m1", "author": "ana", "content": "hi", "at": "t",
+                     "reactions": [{"emoji": "a", "users": ["bo"]},
+                                   {"emoji": "b", "users": ["cy"]}]}],
+        "channel": {"lookups": [{"message_id": "m1", "emoji": "a", "after": 15, "users": ["bo"]},
+                                {"message_id": "m1", "emoji": "b", "users": ["cy"]}]},
+    }))
+    assert played.result.status == "completed"
+    assert played.channel.reactor_lookups == 1
+    m1 = played.provider.requests[1].context_items[0]
+    assert m1["metadata"]["reactions"] == [{"emoji": "a", "count": 1}, {"emoji": "b", "count": 1}]
+
+
+async def test_review_log_keeps_a_result_without_a_stash_key_as_it_was() -> None:
+    # covers R10: only a live stash key is replaced in the review log; a restart result that
+    # carries none (the metadata reveal's) is kept as the model saw it
+    played = await play(parse_scenario({
+        "config": {"drafting": True},
+        "passes": [[{"at": 1, "tool_call": {"name": "reveal_message_metadata"}}],
+                   [{"at": 1, "end": "completed"}]],
+        "tools": {"reveal_message_metadata": [
+            {"after": 0, "success": True, "data": {"type": "context_restart_message_metadata"}}]},
+    }))
+    log = played.result.review_log
+    assert log[0]["result"] == {"success": True,
+                                "data": {"type": "context_restart_message_metadata"}}
