@@ -77,3 +77,27 @@ async def test_no_worker_starts_outside_a_running_turn() -> None:
     workers = Workers("w", grace_s=1, on_crash=lambda _exc: None)
     with pytest.raises(RuntimeError, match="no turn is running"):
         workers.spawn(asyncio.sleep(1), "w-late")
+
+
+async def test_a_loop_shutting_down_mid_turn_ends_the_group_quietly() -> None:
+    # covers S14: asyncio.run's shutdown cancels every task at once, the group's owner with
+    # the driver's; the run ends cancelled, with no error of the group's own on the way out
+    workers = Workers("w", grace_s=5, on_crash=lambda exc: None)
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+
+    async def driver() -> None:
+        workers.spawn(asyncio.sleep(100), "w-sleep")
+        await asyncio.sleep(100)
+
+    run = asyncio.create_task(workers.own(driver))
+    await asyncio.sleep(1)
+    for task in [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+        task.cancel()  # what asyncio.run does to the tasks left when its main returns
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    await asyncio.sleep(0)
+    loop.set_exception_handler(None)
+    assert errors == []
+    assert [t for t in asyncio.all_tasks() if t.get_name().startswith("w-")] == []

@@ -54,7 +54,8 @@ class Workers:
             self._group = None
             live = bool(self._live)
             self.cancel_all()
-            close.set_result(None)
+            if not close.done():  # cancelled with the owner, by a loop shutting down
+                close.set_result(None)
             await self._wait(owner, live)
 
     async def _hold(self, entered: asyncio.Future[None], close: asyncio.Future[None]) -> None:
