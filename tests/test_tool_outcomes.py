@@ -47,14 +47,19 @@ def _call(name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
 
 async def _journaled(passes: list[Any], registry: ToolRegistry, config: TurnConfig,
                      log: list[str], kill_at: float | None = None) -> dict[str, Any]:
-    """One turn journaled as the bot journals it, on the virtual clock; `kill_at`: /kill
-    then."""
+    """One scripted turn journaled as the bot journals it, on the virtual clock; `kill_at`:
+    /kill then."""
+    return await _journaled_turn(LoggingProvider(passes, log), registry, config, kill_at)
+
+
+async def _journaled_turn(provider: Any, registry: ToolRegistry, config: TurnConfig,
+                          kill_at: float | None = None) -> dict[str, Any]:
     locks = ChannelLockRegistry()
     lock = locks.try_acquire("c", "live")
     assert lock is not None
     if kill_at is not None:
         asyncio.get_running_loop().call_later(kill_at, locks.request_stop, "c")
-    turn = Turn(provider=LoggingProvider(passes, log), channel=InMemoryChannel(),
+    turn = Turn(provider=provider, channel=InMemoryChannel(),
                 locks=locks, lock=lock, tools=registry, config=config)
     recorder = JournalRecorder(turn.turn_id, turn.config, registry)
     turn.recorder = recorder
@@ -240,21 +245,8 @@ def test_a_stream_that_never_settles_is_journaled_and_replays(settle_s: float) -
     # past the settle wait (the default's or a short one), so the replay waits the wait out
     # and times out alike
     async def record() -> dict[str, Any]:
-        locks = ChannelLockRegistry()
-        lock = locks.try_acquire("c", "live")
-        assert lock is not None
-        registry = ToolRegistry()
-        turn = Turn(provider=SilentThenNeverSettles(), channel=InMemoryChannel(),
-                    locks=locks, lock=lock, tools=registry,
-                    config=TurnConfig(settle_timeout_s=settle_s))
-        recorder = JournalRecorder(turn.turn_id, turn.config, registry)
-        turn.recorder = recorder
-        result = await turn.run()
-        locks.release(lock)
-        document = journal_document(recorder.scenario(), turn.transitions, result.as_dict())
-        loaded = json.loads(serialize_journal(document))
-        assert isinstance(loaded, dict)
-        return loaded
+        return await _journaled_turn(SilentThenNeverSettles(), ToolRegistry(),
+                                     TurnConfig(settle_timeout_s=settle_s))
 
     document = run_virtual(record)
     assert document["result"]["status"] == "timeout"
