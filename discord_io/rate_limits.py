@@ -1,4 +1,4 @@
-"""Two fixes to discord.py's rate-limit bookkeeping that a busy bot meets (D2).
+"""Three fixes to discord.py's rate-limit bookkeeping that a busy bot meets (D2, D9, D58).
 
 **A cancelled request must not wedge the client.**
 
@@ -20,15 +20,11 @@ channels. `amortize_bucket_sweep` walks them only when the table has doubled sin
 walk, so each new bucket costs O(1) on average and the table stays below twice the buckets in
 use (and at least the 256 discord.py allows).
 
-**A busy bot must stay under the global limit.** Discord allows a bot 50 requests per
-second over all routes (Topics › Rate Limits › Global Rate Limit) and discord.py only reacts
-to the 429 once it is over. With a thousand channels answering at once, the sends, typing
-calls and history reads together exceed it: every 429 is an invalid request toward
-Cloudflare's ban. `pace_globally` spaces the client's requests so that no second of the loop
-clock holds more than `GLOBAL_PACE` of them (a margin below 50 for the network's jitter).
-Typing posts are the one request that may be dropped: one that would have to wait is not
-sent (the indicator refreshes every few seconds anyway), so a thousand turns' indicators
-never crowd out their replies.
+**A busy bot must stay under the global limit.** Discord allows a bot 50 requests a second
+over all routes and discord.py only reacts to the 429 once it is over; with a thousand
+channels answering at once, the sends, typing calls and history reads together exceed it, and
+every 429 is an invalid request toward Cloudflare's ban. `pace_globally` (`global_pace`)
+keeps the client's requests under it where they leave.
 
 `guard_rate_limits` applies all three to a client, once.
 """
@@ -37,95 +33,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from typing import Any
 
 import discord
+
+from .global_pace import pace_globally
 
 log = logging.getLogger(__name__)
 
 _GUARDED = "_turn_engine_global_guard"
 _AMORTIZED = "_turn_engine_amortized_sweep"
-_PACED = "_turn_engine_global_pace"
-GLOBAL_PACE = 45
-"""Requests per second the client allows itself (Discord's global limit is 50)."""
 SWEEP_FLOOR = 256
 """discord.py's own threshold: below it, no bucket is ever forgotten."""
 
 
 def guard_rate_limits(client: discord.Client) -> None:
-    """Both fixes, idempotent: every client this layer sends through gets them."""
+    """All three, idempotent: every client this layer sends through gets them."""
     guard_global_rate_limit(client)
     amortize_bucket_sweep(client)
     pace_globally(client)
-
-
-class GlobalPace:
-    """At most `per_second` request starts in any second of the loop clock."""
-
-    def __init__(self, per_second: int = GLOBAL_PACE) -> None:
-        self.per_second = per_second
-        self._starts: deque[float] = deque()
-        self._lock = asyncio.Lock()
-        self.waited = 0
-        """How many requests had to wait for room."""
-        self.skipped = 0
-        """How many typing posts were not sent for want of room."""
-
-    def take_now(self) -> bool:
-        """Room for one request at once, taken; False if it would have to wait."""
-        if self._lock.locked():
-            return False
-        now = asyncio.get_running_loop().time()
-        self._forget(now)
-        if len(self._starts) >= self.per_second:
-            return False
-        self._starts.append(now)
-        return True
-
-    def _forget(self, now: float) -> None:
-        # Compared with the same sum `wait` sleeps until: a start a rounding error short of
-        # a second ago would otherwise be kept while its wait is zero, and on a virtual
-        # clock a zero wait never moves time on.
-        while self._starts and self._starts[0] + 1.0 <= now:
-            self._starts.popleft()
-
-    async def wait(self) -> None:
-        async with self._lock:  # first come, first served
-            loop = asyncio.get_running_loop()
-            while True:
-                now = loop.time()
-                self._forget(now)
-                if len(self._starts) < self.per_second:
-                    self._starts.append(now)
-                    return
-                self.waited += 1
-                await asyncio.sleep(self._starts[0] + 1.0 - now)
-
-
-def pace_globally(client: discord.Client, per_second: int = GLOBAL_PACE) -> GlobalPace:
-    """Wrap `client.http.request` once so the client keeps under Discord's global limit
-    (interaction responses go through discord.py's webhook adapter, which that limit
-    exempts); returns the pace, for a look at how often it held a request back."""
-    http = client.http
-    existing = getattr(http, _PACED, None)
-    if isinstance(existing, GlobalPace):
-        return existing
-    pace = GlobalPace(per_second)
-    original = http.request
-
-    async def request(route: discord.http.Route, *args: Any, **kwargs: Any) -> Any:
-        if route.method == "POST" and route.path.endswith("/typing"):
-            if not pace.take_now():
-                pace.skipped += 1
-                return None
-        else:
-            await pace.wait()
-        return await original(route, *args, **kwargs)
-
-    http.request = request  # type: ignore[method-assign]
-    setattr(http, _PACED, pace)
-    return pace
 
 
 def amortize_bucket_sweep(client: discord.Client) -> None:

@@ -19,7 +19,7 @@ import pytest
 from gateway_support import CALLBACK, PARAGRAPH, SEND, Harness, bot_on_gateway
 
 from discord_io.admission import AccessPolicy
-from discord_io.rate_limits import pace_globally
+from discord_io.global_pace import pace_globally
 from discord_io.testing import block_event_loop
 from discord_io.testing import permissions as perms
 from discord_io.testing.gateway import HEARTBEAT_INTERVAL_MS, IDENTIFY, RESUME

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -79,6 +79,11 @@ class RateLimiter:
     invalid_total: int = 0
     global_hits: int = 0
     """How many requests the global limit refused."""
+    route_hits: int = 0
+    """How many requests an exhausted per-route bucket refused."""
+    refused: Counter[str] = field(default_factory=Counter)
+    """Every 429 answered, by its `X-RateLimit-Scope` (`global`, `user`: a route's bucket,
+    `shared`) or `cloudflare` (the ban, which has none); scripted faults included."""
     _buckets: dict[str, _Bucket] = field(default_factory=dict)
     _recent: deque[float] = field(default_factory=deque)
 
@@ -119,6 +124,7 @@ class RateLimiter:
         # Rounded up to the millisecond, so a client that waits it out finds a fresh window.
         reset_after = math.ceil((bucket.started_at + bucket.window_s - now) * 1000) / 1000
         if bucket.used >= bucket.limit:
+            self.route_hits += 1
             limited = Fault.rate_limited(reset_after).response()
             limited.headers.update(self._headers(route, bucket, reset_after))
             return limited, {}
@@ -140,7 +146,10 @@ class RateLimiter:
         """Count an invalid request (Topics › Rate Limits › Invalid Request Limit)."""
         if response.status not in (401, 403, 429):
             return
-        if response.headers.get("X-RateLimit-Scope") == "shared":
+        scope = response.headers.get("X-RateLimit-Scope")
+        if response.status == 429:
+            self.refused[scope or "cloudflare"] += 1
+        if scope == "shared":
             return
         self.invalid.append(self.clock())
         self.invalid_total += 1
