@@ -86,8 +86,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="full_bot: run the largest N again with discord.py's own "
                              "rate-limit bucket sweep, side by side")
     parser.add_argument("--full-bot-compare-requests", action="store_true",
-                        help="full_bot: run the largest N again with the requests per reply "
+                        help="full_bot: run every N again with the requests per reply "
                              "of before D50-D52, side by side")
+    parser.add_argument("--full-bot-no-raw-loop", action="store_true",
+                        help="full_bot: leave out the raw loop's runs (7e)")
     parser.add_argument("--full-bot-compare-speedups", action="store_true",
                         help="full_bot: run the largest N with uvloop and orjson on and off, "
                              "side by side")
@@ -112,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             kwargs["compare_sweep"] = True
         if key == "full_bot" and args.full_bot_compare_requests:
             kwargs["compare_requests"] = True
+        if key == "full_bot" and args.full_bot_no_raw_loop:
+            kwargs["raw_loop"] = False
         if key == "full_bot" and args.full_bot_compare_speedups:
             kwargs["compare_speedups"] = True
         if key == "growth" and known:

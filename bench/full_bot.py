@@ -125,6 +125,9 @@ class Run:
     per_reply: dict[str, float] = field(default_factory=dict)
     """REST requests per whole reply (sends, typing posts, history reads, all), over the
     channels that were not killed."""
+    refused: dict[str, int] = field(default_factory=dict)
+    """Every 429 the emulator answered, by scope (`global`, `user`: a route's bucket,
+    `shared`)."""
     errors: int = 0
     """Tracebacks the bot process printed."""
     replies_per_s: float = 0.0
@@ -158,6 +161,7 @@ class Run:
             "stopped": self.stopped, "sends": self.sends, "rate_limited": self.rate_limited,
             "active_s": self.active_s, "per_reply": self.per_reply,
             "replies_per_s": self.replies_per_s, "errors": self.errors,
+            "refused": self.refused,
             "incomplete": self.incomplete, "log_tail": self.log_tail,
         }
 
@@ -350,6 +354,7 @@ def _finish(run: Run, result: dict[str, Any], emu: DiscordEmulator) -> None:
     run.lags = send_lags(result["send_calls"], emu)
     run.sends = len(emu.requests_to(SEND_MESSAGE, status=200))
     run.rate_limited = len(emu.requests_to(SEND_MESSAGE, status=429))
+    run.refused = dict(emu.limits.refused)
     run.profile = result.get("profile")
 
 
@@ -409,8 +414,9 @@ def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
             raw_loop: bool = True, compare_speedups: bool = False) -> Section:
     """`compare_sweep` runs the largest N a second time, in the same run, with discord.py's
     own rate-limit bucket sweep instead of the amortized one (`discord_io.rate_limits`);
-    `compare_requests` with the requests per reply of before D50–D52 (typing after every
-    message, history over REST): the replies per second the global limit allows."""
+    `compare_requests` runs every N again with the requests per reply of before D50–D52
+    (typing after every message, history over REST): the replies per second the global limit
+    allows."""
     section = Section("full_bot", "7. The whole bot through the gateway (N channels "
                                   "streaming at once)")
     runs = [run_async(partial(_one_run, n)) for n in sizes]
@@ -436,18 +442,7 @@ def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
                 met=largest["per_reply"].get("all", 99.0) <= 8.0,
                 note=_per_reply_note(largest["per_reply"]))
     if compare_requests:
-        before = run_async(partial(_one_run, n, requests="before")).summary()
-        section.details["requests_before"] = before
-        section.add(f"REST requests per whole reply, before D50–D52 (N={n})",
-                    before["per_reply"].get("all", 0.0), "requests",
-                    note=_per_reply_note(before["per_reply"]))
-        if before["replies_per_s"]:
-            section.add(f"replies per second under the global limit, now ÷ before (N={n})",
-                        largest["replies_per_s"] / before["replies_per_s"], "×",
-                        note=f"{largest['replies_per_s']:.2f}/s against "
-                             f"{before['replies_per_s']:.2f}/s; requests per reply "
-                             f"{before['per_reply'].get('all', 0.0):.2f} → "
-                             f"{largest['per_reply'].get('all', 0.0):.2f}")
+        _compare_requests(section, runs)
     if compare_speedups:
         _speedups(section, n)
     section.add(f"mention → first message p50 (N={n})", largest["first_send_p50_ms"], "ms",
@@ -470,6 +465,29 @@ def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
         section.details["profile"] = profiled.profile
         section.details["profiled_run"] = profiled.summary()
     return section
+
+
+def _compare_requests(section: Section, runs: list[Run]) -> None:
+    """Every N again, in the same run, with the requests per reply of before D50–D52: the
+    replies per second the global limit allows, now ÷ before."""
+    befores = []
+    for run in runs:
+        now = run.summary()
+        n = now["channels"]
+        before = run_async(partial(_one_run, n, requests="before")).summary()
+        befores.append(before)
+        section.add(f"REST requests per whole reply, before D50–D52 (N={n})",
+                    before["per_reply"].get("all", 0.0), "requests",
+                    note=_per_reply_note(before["per_reply"]))
+        if before["replies_per_s"]:
+            section.add(f"replies per second under the global limit, now ÷ before (N={n})",
+                        now["replies_per_s"] / before["replies_per_s"], "×",
+                        note=f"{now['replies_per_s']:.2f}/s against "
+                             f"{before['replies_per_s']:.2f}/s; requests per reply "
+                             f"{before['per_reply'].get('all', 0.0):.2f} → "
+                             f"{now['per_reply'].get('all', 0.0):.2f}; 429s now "
+                             f"{now['refused'] or 'none'}, before {before['refused'] or 'none'}")
+    section.details["requests_before"] = befores
 
 
 SPEEDUPS: dict[str, tuple[str, ...]] = {
@@ -521,8 +539,8 @@ def table(section: Section) -> list[str]:
     variant = section.details.get("discord_py_sweep")
     rows = [("", r) for r in section.details.get("runs", [])]
     rows += [(" (discord.py's sweep)", variant)] if variant else []
-    before = section.details.get("requests_before")
-    rows += [(" (requests before D50–D52)", before)] if before else []
+    rows += [(" (requests before D50–D52)", before)
+             for before in section.details.get("requests_before", [])]
     rows += [(" (raw loop)", raw) for raw in section.details.get("raw_loop", [])]
     for label, r in rows:
         lines.append(

@@ -3,7 +3,7 @@ the emulated gateway and REST and the paced model, with two channels. It checks 
 harness measures what it says — every reply whole, the killed turn Stopped, lags computed
 for the sends that waited out the bucket, the requests per reply counted — and asserts no
 timing (real time, two processes:
-BENCHMARKS.md is where the figures are judged). Covers D2 and D3 end to end."""
+BENCHMARKS.md is where the figures are judged). Covers D2, D3 and D58 end to end."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_two_channels_through_the_whole_bot() -> None:
     # covers D50, D52: the whole reply cost its 7 sends and one typing post, no history read;
     # the side-by-side variant (before D50-D52) typed after messages and read over REST
     assert run["per_reply"] == {"sends": 7, "typing": 1, "history": 0, "all": 8, "refused": 0}
-    before = section.details["requests_before"]
+    [before] = section.details["requests_before"]  # every N again
     assert before["per_reply"]["typing"] > 1 and before["per_reply"]["history"] == 1
     assert run["replies_per_s"] > 0 and before["replies_per_s"] > 0
     # the raw loop streamed the same replies whole into the same channels, killing none
@@ -30,6 +30,7 @@ def test_two_channels_through_the_whole_bot() -> None:
     assert run["channels"] == 2 and run["kills"] == 1 and run["stopped"] == 1
     assert run["complete"] == run["expected_complete"] == 1
     assert run["rate_limited"] == 0
+    assert run["refused"] == {} and before["refused"] == {}  # D58: no 429 of any scope
     # the surviving channel's 7 messages and the killed one's first; a lag for every send
     assert run["sends"] >= 8 and run["lag_samples"] == run["sends"]
     assert all(math.isfinite(run[k]) for k in ("first_send_p50_ms", "lag_p99_ms",
