@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-bot-compare-speedups", action="store_true",
                         help="full_bot: run the largest N with uvloop and orjson on and off, "
                              "side by side")
+    parser.add_argument("--full-bot-compare-floor", action="store_true",
+                        help="full_bot: the largest N by the bot and by the raw loop with the "
+                             "global limit lifted, so both deliver every reply, side by side")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     keys = [k.strip() for k in args.only.split(",") if k.strip()] or list(RUNNERS)
@@ -118,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             kwargs["raw_loop"] = False
         if key == "full_bot" and args.full_bot_compare_speedups:
             kwargs["compare_speedups"] = True
+        if key == "full_bot" and args.full_bot_compare_floor:
+            kwargs["compare_floor"] = True
         if key == "growth" and known:
             kwargs["known"] = known
         print(f"[bench] {key} …", file=sys.stderr, flush=True)

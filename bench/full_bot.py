@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -230,13 +231,18 @@ class Monitor:
 
 async def _one_run(channels: int, *, profile: bool = False, sweep: str = "amortized",
                    requests: str = "now", raw: bool = False,
-                   speedups: tuple[str, ...] | None = None) -> Run:
+                   speedups: tuple[str, ...] | None = None, global_limit: bool = True,
+                   kills: bool | None = None) -> Run:
     """`requests="before"`: the bot as it was before D50–D52 (a typing post right after
     every message, every history read over REST), side by side with the bot as it is.
     `raw`: the hand-written discord.py + aiohttp bot instead (`raw_loop_process`; it has no
-    /kill, so no channel is killed)."""
+    /kill, so no channel is killed). `global_limit=False` lifts Discord's 50 requests a
+    second, so that the raw loop, which does not pace itself, delivers every reply too;
+    `kills=False` kills no channel (both default to the run as 7 describes it)."""
     text = reply_text()
     emu = DiscordEmulator(validate=False)
+    if not global_limit:
+        emu.limits.global_limit = None
     emu.gateway.shards = 2
     second = emu.add_guild("second guild")
     emu.add_member(second, emu.alice_id)
@@ -267,7 +273,8 @@ async def _one_run(channels: int, *, profile: bool = False, sweep: str = "amorti
                 sys.executable, "-m", module, str(config_path), cwd=ROOT,
                 stdout=subprocess.DEVNULL, stderr=log_file)
         try:
-            await _measure(emu, proc, ids, text, run, kills=not raw)
+            await _measure(emu, proc, ids, text, run,
+                           kills=not raw if kills is None else kills and not raw)
         finally:
             if proc.returncode is None:
                 proc.terminate()
@@ -411,7 +418,8 @@ def send_lags(calls: list[tuple[str, float]], emu: DiscordEmulator) -> list[floa
 
 def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
             compare_sweep: bool = False, compare_requests: bool = False,
-            raw_loop: bool = True, compare_speedups: bool = False) -> Section:
+            raw_loop: bool = True, compare_speedups: bool = False,
+            compare_floor: bool = False) -> Section:
     """`compare_sweep` runs the largest N a second time, in the same run, with discord.py's
     own rate-limit bucket sweep instead of the amortized one (`discord_io.rate_limits`);
     `compare_requests` runs every N again with the requests per reply of before D50–D52
@@ -445,6 +453,8 @@ def measure(sizes: tuple[int, ...] = SIZES, profile_largest: bool = True,
         _compare_requests(section, runs)
     if compare_speedups:
         _speedups(section, n)
+    if compare_floor:
+        _floor(section, n)
     section.add(f"mention → first message p50 (N={n})", largest["first_send_p50_ms"], "ms",
                 note=_floor_note())
     section.add(f"mention → first message p99 (N={n})", largest["first_send_p99_ms"], "ms")
@@ -515,6 +525,63 @@ def _speedups(section: Section, n: int) -> None:
                     max(ratios), "×",
                     note=f"{', '.join(f'{r:.2f}' for r in ratios)} in the two rounds (the "
                          f"higher shown); {per_turn} ms a turn")
+
+
+FLOOR: dict[str, dict[str, Any]] = {
+    "the bot": {}, "the bot on asyncio, stdlib json": {"speedups": ()},
+    "the raw loop": {"raw": True}}
+"""The floor comparison of 7g: the same replies, each delivered whole, by the bot as it runs,
+by the bot without uvloop and orjson (the raw loop has neither), and by the raw loop."""
+
+
+def _floor(section: Section, n: int) -> None:
+    """The largest N once per variant of `FLOOR`, interleaved in two rounds, with Discord's
+    global limit lifted and no channel killed, so that every variant delivers every reply
+    and CPU per turn is per the same work; then each under cProfile, for where it goes."""
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in FLOOR}
+    for order in (list(FLOOR), list(reversed(FLOOR))):
+        for name in order:
+            rounds[name].append(run_async(partial(
+                _one_run, n, global_limit=False, kills=False, **FLOOR[name])).summary())
+    section.details["floor"] = rounds
+    for name in ("the bot", "the bot on asyncio, stdlib json"):
+        ratios = [raw["cpu_ms_per_turn"] / ours["cpu_ms_per_turn"]
+                  for raw, ours in zip(rounds["the raw loop"], rounds[name], strict=True)]
+        whole = ", ".join(f"{r['complete']}/{r['expected_complete']}"
+                          for r in rounds["the raw loop"])
+        section.add(f"CPU per turn, the raw loop ÷ {name}, every reply whole (N={n})",
+                    max(ratios), "×",
+                    note=f"{_listed(ratios)} in the two rounds (the higher shown); {name} "
+                         f"{_listed(r['cpu_ms_per_turn'] for r in rounds[name])} ms, the raw "
+                         f"loop {_listed(r['cpu_ms_per_turn'] for r in rounds['the raw loop'])}"
+                         f" ms; raw replies whole {whole}")
+    profiles = {}
+    for name in ("the bot on asyncio, stdlib json", "the raw loop"):
+        profiles[name] = run_async(partial(_one_run, n, global_limit=False, kills=False,
+                                           profile=True, **FLOOR[name])).profile
+    section.details["floor_profiles"] = profiles
+
+
+def _listed(values: Iterable[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
+def floor_areas(section: Section) -> list[str]:
+    """The floor comparison's profiles side by side: µs of self time per turn by area."""
+    profiles = section.details.get("floor_profiles") or {}
+    if not profiles:
+        return []
+    names = list(profiles)
+    per_area: dict[str, dict[str, float]] = {}
+    for name, profile in profiles.items():
+        for area in profile["areas"]:
+            per_area.setdefault(area["area"], {})[name] = area["us_per"]
+    lines = ["| area (cProfile, CPU time, µs per turn) | " + " | ".join(names) + " |",
+             "| --- |" + " ---: |" * len(names)]
+    for area, row in sorted(per_area.items(), key=lambda kv: -max(kv[1].values())):
+        lines.append(f"| {area} | " + " | ".join(f"{row.get(name, 0.0):,.0f}" for name in names)
+                     + " |")
+    return lines
 
 
 def _per_reply_note(per_reply: dict[str, float]) -> str:

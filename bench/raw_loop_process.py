@@ -22,7 +22,9 @@ from typing import Any
 import aiohttp
 import discord
 
+from .common import run_async
 from .full_bot_process import prepared, write_result
+from .profiling import profile_async
 
 LIMIT = 2000
 
@@ -79,10 +81,13 @@ def main() -> int:
             await client.close()
             await asyncio.wait({running}, timeout=5)
 
-    from .common import run_async
-
-    run_async(serve)
-    write_result(config, ends, calls, None)
+    profile: dict[str, Any] | None = None
+    if config.get("profile"):  # the floor's profile, beside the bot's (BENCHMARKS.md 7g)
+        profile = profile_async(serve, per=max(1, int(config["turns"])), top=20,
+                                timer=time.process_time)
+    else:
+        run_async(serve)
+    write_result(config, ends, calls, profile)
     return 0
 
 

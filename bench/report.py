@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .common import Figure, Section, fmt
+from .full_bot import floor_areas
 from .full_bot import table as full_bot_table
 from .growth import table as growth_table
 from .profiling import format_profile
@@ -80,6 +81,8 @@ def details(section: Section) -> list[str]:
         lines += [*growth_table(section), ""]
     if section.key == "full_bot":
         lines += [*full_bot_table(section), ""]
+        if floor_areas(section):
+            lines += [*floor_areas(section), ""]
     if section.key == "splitter":
         lines += [*splitter_table(section), ""]
     return lines

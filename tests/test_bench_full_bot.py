@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from bench import full_bot
 from bench.report import render
 
@@ -40,3 +42,44 @@ def test_two_channels_through_the_whole_bot() -> None:
                                                       "implementation": "", "python": "",
                                                       "platform": "", "packages": {}},
                                           "python -m bench", 0.0)
+
+
+def test_the_floor_comparison_runs_every_variant_on_the_same_work(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # covers D54: the raw loop's CPU per turn is compared with the bot's only where both
+    # delivered every reply (global limit lifted, no channel killed), in interleaved rounds
+    asked: list[dict[str, object]] = []
+
+    class Done:
+        def __init__(self, kwargs: dict[str, object]) -> None:
+            self.kwargs = kwargs
+            self.profile = {"areas": [{"area": "aiohttp", "us_per": 1000.0 if kwargs.get(
+                "raw") else 1500.0}]}
+
+        def summary(self) -> dict[str, object]:
+            raw = bool(self.kwargs.get("raw"))
+            cpu = 4.0 if raw else (8.0 if "speedups" not in self.kwargs else 10.0)
+            return {"channels": 3, "per_reply": {"all": 8.0}, "first_send_p50_ms": 1.0,
+                    "first_send_p99_ms": 1.0, "lag_p99_ms": 1.0, "kill_p99_ms": 1.0,
+                    "kib_per_channel": 1.0, "cpu_ms_per_turn": cpu, "complete": 3,
+                    "expected_complete": 3}
+
+    async def one_run(n: int, **kwargs: object) -> Done:
+        asked.append({"n": n, **kwargs})
+        return Done(kwargs)
+
+    monkeypatch.setattr(full_bot, "_one_run", one_run)
+    section = full_bot.measure(sizes=(3,), profile_largest=False, raw_loop=False,
+                               compare_floor=True)
+    floor_runs = [a for a in asked if "global_limit" in a]
+    assert len(floor_runs) == 8  # three variants twice, then two profiled
+    assert all(a["global_limit"] is False and a["kills"] is False and a["n"] == 3
+               for a in floor_runs)
+    order = [("raw" in a, "speedups" in a) for a in floor_runs[:6]]
+    assert order[:3] == list(reversed(order[3:]))  # the second round in reverse order
+    figures = {f.name: f.value for f in section.figures}
+    assert figures["CPU per turn, the raw loop ÷ the bot, every reply whole (N=3)"] == 0.5
+    assert figures["CPU per turn, the raw loop ÷ the bot on asyncio, stdlib json, every reply "
+                   "whole (N=3)"] == 0.4
+    lines = full_bot.floor_areas(section)
+    assert lines[2] == "| aiohttp | 1,500 | 1,000 |"
