@@ -111,6 +111,10 @@ class HistoryPolicy:
     max_message_chars: int = DEFAULT_MAX_CHARS
 
 
+ParentRead = Callable[[discord.Message], Awaitable["discord.Message | None"]]
+"""The message another one replies to, None where the chain ends: `referenced`, or the
+gateway's windows (`history_cache.GatewayHistory.referenced`), which answer the same."""
+
 Visible = Callable[[list[discord.Message]], Awaitable[list[discord.Message]]]
 """Of some messages, those the turn may show (queued ones and those the access lists deny
 are not), in their order."""
@@ -118,13 +122,15 @@ are not), in their order."""
 
 async def select_history(trigger: discord.Message, policy: HistoryPolicy, *,
                          visible: Visible, waiting: int = 0,
-                         read: HistoryRead = recent_messages) -> list[discord.Message]:
+                         read: HistoryRead = recent_messages,
+                         parent: ParentRead | None = None) -> list[discord.Message]:
     """The messages the turn answering `trigger` may see, oldest first, `trigger` last or
     among the last (it is always kept). `visible` drops messages that wait for (or were
     refused) a turn of their own and those the model may not read; `waiting` is how many
     there may be, so the read still finds `max_messages` others."""
     if policy.mode == "reply_chain":
-        chain = await reply_chain(trigger, limit=policy.max_messages)
+        chain = await reply_chain(trigger, limit=policy.max_messages,
+                                  parent=parent or referenced)
         return await _visible_with(trigger, chain, visible)
     latest = await read(trigger.channel, limit=policy.max_messages + waiting + 1)
     if all(m.id != trigger.id for m in latest):
@@ -145,22 +151,26 @@ async def _visible_with(trigger: discord.Message, messages: list[discord.Message
     return [m for m in messages if m.id == trigger.id or m.id in shown]
 
 
-async def reply_chain(trigger: discord.Message, *, limit: int) -> list[discord.Message]:
+async def reply_chain(trigger: discord.Message, *, limit: int,
+                      parent: ParentRead | None = None) -> list[discord.Message]:
     """`trigger` and the messages it replies to, back to the start of the chain or `limit`
     messages, oldest first. A deleted or unreadable message ends the chain."""
+    read_parent = parent or referenced
     chain = [trigger]
     current = trigger
     while len(chain) < limit and current.reference is not None:
-        parent = await referenced(current)
-        if parent is None or any(m.id == parent.id for m in chain):
+        found = await read_parent(current)
+        if found is None or any(m.id == found.id for m in chain):
             break
-        chain.append(parent)
-        current = parent
+        chain.append(found)
+        current = found
     chain.reverse()
     return chain
 
 
 async def referenced(message: discord.Message) -> discord.Message | None:
+    """The message `message` replies to: as Discord sent it along or the client caches it,
+    else one REST read."""
     reference = message.reference
     if reference is None or reference.message_id is None:
         return None

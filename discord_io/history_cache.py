@@ -13,8 +13,10 @@ Only then. A channel has a window once one REST read filled it (a cold channel i
 once), or when Discord said at connect that it never had a message. A window is dropped or
 not trusted when the bot cannot know it is whole: while a shard is disconnected (its events
 wait for a RESUME), after a session was lost (the gap's events never come), after an edit of
-a message it does not hold, and after a reaction changes (the counts are part of what a
-fetch returns, and the window does not count them). A read that races an event of its
+a message it does not hold, after an edit or a delete of a message another held one
+replies to (a read shows the reply's parent as it is now, `null` once deleted), and after a
+reaction changes (the counts are part of what a fetch returns, and the window does not
+count them). A read that races an event of its
 channel does not fill a window. Windows are bounded (messages per channel, channels held).
 """
 
@@ -28,7 +30,7 @@ from typing import Any
 
 import discord
 
-from .history import recent_messages
+from .history import recent_messages, referenced
 from .session_gaps import SessionGaps
 
 DEFAULT_MESSAGES_PER_CHANNEL = 64
@@ -55,6 +57,10 @@ class HistoryCounts:
     fetched: int = 0
     by_channel: dict[int, int] = field(default_factory=dict)
     """REST reads per channel."""
+    parents_served: int = 0
+    """Reply-chain parents answered from a window (`GatewayHistory.referenced`)."""
+    parents_fetched: int = 0
+    """Reply-chain parents read over REST (one message each)."""
 
 
 class GatewayHistory:
@@ -111,6 +117,40 @@ class GatewayHistory:
         picked = window.messages[max(0, end - limit):end]
         return [as_fetched(m) for m in reversed(picked)]
 
+    async def referenced(self, message: discord.Message) -> discord.Message | None:
+        """The message `message` replies to, as `history.referenced` answers (D59): what
+        Discord sent along or the client caches; else from the channel's window where it
+        knows the answer (the message, or that it no longer exists: a fetch would get 404);
+        else, in a channel with no window yet, one read that fills the window (a chain
+        walks many parents; one read is cheaper than a fetch per parent) and then the
+        window; else one REST read of the message."""
+        reference = message.reference
+        if reference is None or reference.message_id is None or \
+                reference.resolved is not None or reference.cached_message is not None or \
+                reference.channel_id != message.channel.id:
+            return await referenced(message)
+        channel_id, wanted = message.channel.id, reference.message_id
+        known, found = self._lookup(channel_id, wanted)
+        if not known and channel_id not in self._windows:
+            await self.read(message.channel, limit=self.messages_per_channel)
+            known, found = self._lookup(channel_id, wanted)
+        if known:
+            self.counts.parents_served += 1
+            return found
+        self.counts.parents_fetched += 1
+        return await referenced(message)
+
+    def _lookup(self, channel_id: int, message_id: int) -> tuple[bool, discord.Message | None]:
+        """Whether the window knows what a fetch of the message returns, and that."""
+        window = self._windows.get(channel_id)
+        if window is None or not self.holds(channel_id):
+            return False, None
+        at = bisect.bisect_left(window.ids, message_id)
+        if at < len(window.ids) and window.ids[at] == message_id:
+            return True, as_fetched(window.messages[at])
+        inside = bool(window.ids) and message_id > window.ids[0]
+        return inside or window.complete, None
+
     # ---- what the gateway says -----------------------------------------------------------
 
     def saw(self, message: discord.Message) -> None:
@@ -140,6 +180,9 @@ class GatewayHistory:
         window = self._windows.get(payload.channel_id)
         if window is None:
             return
+        if _replies_to(window, {payload.message_id}):
+            self.forget(payload.channel_id)  # a read shows the replies' parent edited
+            return
         at = bisect.bisect_left(window.ids, payload.message_id)
         if at < len(window.ids) and window.ids[at] == payload.message_id:
             data: dict[str, Any] = dict(payload.data)
@@ -158,6 +201,9 @@ class GatewayHistory:
         self._count(channel_id)
         window = self._windows.get(channel_id)
         if window is None:
+            return
+        if _replies_to(window, message_ids):
+            self.forget(channel_id)  # a read shows the replies' parent as deleted (null)
             return
         kept = [i for i, message_id in enumerate(window.ids) if message_id not in message_ids]
         window.ids = [window.ids[i] for i in kept]
@@ -245,6 +291,13 @@ def _as_fetched_user(guild: discord.Guild,
     if member is not None:
         return member
     return user._user if isinstance(user, discord.Member) else user
+
+
+def _replies_to(window: _Window, message_ids: set[int]) -> bool:
+    """Whether a held message replies to one of `message_ids`: its `referenced_message`, as
+    a read returns it, changes with that message."""
+    return any(m.reference is not None and m.reference.message_id in message_ids
+               for m in window.messages)
 
 
 def _channel_id(channel: discord.abc.Messageable) -> int:

@@ -26,6 +26,7 @@ from .history import (
     DIALOGUE_TYPES,
     HistoryPolicy,
     HistoryRead,
+    ParentRead,
     dialogue_item,
     dialogue_items,
     recent_messages,
@@ -58,7 +59,8 @@ async def build_context(trigger: discord.Message, *, history: HistoryPolicy,
                         audience: TurnAudience, hidden: Hidden, bot_user_id: int,
                         attachments: AttachmentReader | None = None,
                         waiting: int = 0, read_history: bool = True,
-                        read: HistoryRead = recent_messages) -> list[ContextItem]:
+                        read: HistoryRead = recent_messages,
+                        read_parent: ParentRead | None = None) -> list[ContextItem]:
     """The dialogue the model sees for `trigger`, oldest first, then the images' item. In a
     thread the starter message comes first (D7); without `read_history` (no
     READ_MESSAGE_HISTORY: Discord would answer the read with nothing) only `trigger` (D6)."""
@@ -68,7 +70,7 @@ async def build_context(trigger: discord.Message, *, history: HistoryPolicy,
 
     if read_history:
         picked = await select_history(trigger, history, visible=visible, waiting=waiting,
-                                      read=read)
+                                      read=read, parent=read_parent)
         picked = await with_starter(trigger, picked, visible=visible)
     else:
         picked = [trigger]

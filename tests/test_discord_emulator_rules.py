@@ -237,6 +237,30 @@ async def test_an_invalid_form_body_names_each_field_in_its_errors_object() -> N
         assert "0" not in answer["errors"]["embeds"]
 
 
+async def test_a_reply_carries_its_parent_one_level_deep_as_it_is_now() -> None:
+    # covers D2, D59 (Resources › Message › Message Object: `referenced_message` is "the
+    # message associated with the message_reference" — the parent, not the parent's parent;
+    # "If the field exists but is null, the referenced message was deleted")
+    async with emulated_discord() as (emu, _client):
+        channel = emu.channel_id
+        root = emu.add_message(channel, emu.alice_id, "root")
+        middle = emu.add_message(channel, emu.alice_id, "middle", reply_to=int(root["id"]))
+        last = emu.add_message(channel, emu.alice_id, "last", reply_to=int(middle["id"]))
+        status, fetched = await call(emu, "GET", f"/channels/{channel}/messages/{last['id']}")
+        assert status == 200
+        parent = fetched["referenced_message"]
+        assert parent["id"] == middle["id"]
+        assert parent["message_reference"]["message_id"] == root["id"]
+        assert "referenced_message" not in parent  # the chain's next step is the client's
+        await emu.gateway.message_update(channel, int(middle["id"]), "middle, edited")
+        _, fetched = await call(emu, "GET", f"/channels/{channel}/messages/{last['id']}")
+        assert fetched["referenced_message"]["content"] == "middle, edited"
+        await emu.gateway.message_delete(channel, int(middle["id"]))
+        _, history = await call(emu, "GET", f"/channels/{channel}/messages?limit=5")
+        [reply] = [m for m in history if m["id"] == last["id"]]
+        assert "referenced_message" in reply and reply["referenced_message"] is None
+
+
 # ---- interactions: https://discord.com/developers/docs/interactions/receiving-and-responding
 
 async def _interaction(emu: DiscordEmulator) -> dict[str, Any]:

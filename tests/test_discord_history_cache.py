@@ -1,4 +1,4 @@
-"""Requests per reply (D50, D51, D52): a streamed reply of seven messages costs its seven
+"""Requests per reply (D50, D51, D52, D59): a streamed reply of seven messages costs its seven
 sends, one typing post and no history read; the history a turn reads from the gateway's
 window is exactly what the REST read returns, after edits, deletes, reactions and a lost
 session too. The bot runs as production starts it (the sharded client on the emulated
@@ -13,7 +13,13 @@ import discord
 import pytest
 from gateway_support import Harness, bot_on_gateway
 
-from discord_io.history import dialogue_item, recent_messages
+from discord_io.history import (
+    HistoryPolicy,
+    dialogue_item,
+    recent_messages,
+    referenced,
+    reply_chain,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -129,8 +135,17 @@ async def test_the_window_answers_exactly_what_the_rest_read_returns() -> None:
         served, fetched = await _served_and_fetched(h, channel, 10)
         assert served == fetched and any(i["content"] == "edited words" for i in served)
 
+        # a delete of a message another one replies to: a read now shows that reply's
+        # parent as deleted (`referenced_message: null`), which the window cannot
+        # reproduce, so the next read goes to REST (D59)
         await h.emu.gateway.message_delete(channel, int(first["id"]))
+        await h.until(lambda: not h.bot.history_cache.holds(channel))
         await h.say("after the delete", author=h.bob, mention=False, channel=channel)
+        fetched_before = h.bot.history_cache.counts.fetched
+        messages = await h.bot.history_cache.read(h.client.get_channel(channel), limit=10)  # type: ignore[arg-type]
+        assert h.bot.history_cache.counts.fetched == fetched_before + 1
+        [reply] = [m for m in messages if m.content == "reply to carol"]
+        assert isinstance(reply.reference.resolved, discord.DeletedReferencedMessage)  # type: ignore[union-attr]
         served, fetched = await _served_and_fetched(h, channel, 3)
         assert served == fetched and all(i["message_id"] != first["id"] for i in served)
         served, fetched = await _served_and_fetched(h, channel, 10)
@@ -149,3 +164,73 @@ async def test_the_window_answers_exactly_what_the_rest_read_returns() -> None:
         assert messages[0].content == "sent while the bot was away"
         served, fetched = await _served_and_fetched(h, channel, 10)
         assert served == fetched
+
+
+FETCH_ONE = "GET /channels/{channel_id}/messages/{message_id}"
+
+
+def _chain_ids(h: Harness, request_index: int) -> list[str]:
+    return [item["message_id"] for item in h.provider.requests[request_index].context_items
+            if item.get("type") == "dialogue"]
+
+
+async def test_a_reply_chain_is_read_from_the_window_not_message_by_message() -> None:
+    # covers D59 (a chain of parents the client's own cache lacks: one read fills the
+    # window, which answers every parent; the next turn in the chain reads nothing)
+    answers = [[{"at": 1, "text": f"answer {n}"}, {"at": 2, "end": "completed"}]
+               for n in range(2)]
+    async with bot_on_gateway(answers, None) as h:
+        h.bot.history = HistoryPolicy(mode="reply_chain", max_messages=10)
+        channel = h.emu.channel_id
+        root = h.earlier(channel, h.bob, "root")
+        chain = [root]
+        for n in range(4):
+            chain.append(h.earlier(channel, h.bob if n % 2 else h.emu.alice_id, f"step {n}",
+                                   reply_to=int(chain[-1]["id"])))
+        h.earlier(channel, h.bob, "noise, not in the chain")
+        since = len(h.emu.requests)
+        trigger = await h.say("and then?", reply_to=int(chain[-1]["id"]))
+        await h.queued(channel)
+        await h.idle()
+        routes = _requests(h, since, channel)
+        assert routes.count(FETCH_ONE) == 0 and routes.count(HISTORY) == 1
+        assert _chain_ids(h, 0) == [m["id"] for m in chain] + [trigger["id"]]
+        assert h.bot.history_cache.counts.parents_fetched == 0
+
+        since = len(h.emu.requests)
+        await h.say("more?", reply_to=int(trigger["id"]))
+        await h.queued(channel)
+        await h.idle()
+        routes = _requests(h, since, channel)
+        assert routes.count(FETCH_ONE) == 0 and routes.count(HISTORY) == 0
+        assert _chain_ids(h, 1)[:len(chain) + 1] == [m["id"] for m in chain] + [trigger["id"]]
+
+
+async def test_a_window_chain_is_what_the_rest_chain_is() -> None:
+    # covers D59 (the same messages, authors and contents as reading each parent over REST;
+    # a parent deleted inside the window's span ends the chain, as the fetch's 404 does)
+    answers = [[{"at": 1, "text": "ok"}, {"at": 2, "end": "completed"}]]
+    async with bot_on_gateway(answers, None) as h:
+        channel = h.emu.channel_id
+        carol = h.user("carol")
+        h.emu.add_member(h.emu.guild_id, carol, nick="Caz")
+        root = h.earlier(channel, carol, "root by carol")
+        gone = h.earlier(channel, h.bob, "deleted later", reply_to=int(root["id"]))
+        kept = h.earlier(channel, carol, "replies to the deleted one",
+                         reply_to=int(gone["id"]))
+        last = h.earlier(channel, h.bob, "replies to carol", reply_to=int(kept["id"]))
+        await h.mention("fill the window")  # a recent-mode turn reads the channel once
+        await h.queued(channel)
+        await h.idle()
+        await h.emu.gateway.message_delete(channel, int(gone["id"]))
+        trigger = await h.say("and?", reply_to=int(last["id"]))
+        message = await h.client.get_channel(channel).fetch_message(int(trigger["id"]))  # type: ignore[union-attr]
+        assert h.bot.history_cache.holds(channel)
+        since = len(h.emu.requests)
+        served = await reply_chain(message, limit=10, parent=h.bot.history_cache.referenced)
+        assert _requests(h, since, channel) == []
+        fetched = await reply_chain(message, limit=10, parent=referenced)
+        assert FETCH_ONE in _requests(h, since, channel)
+        assert [m.id for m in served] == [m.id for m in fetched] == [
+            int(kept["id"]), int(last["id"]), int(trigger["id"])]
+        assert await _items(h, served) == await _items(h, fetched)

@@ -31,7 +31,13 @@ from discord_io.channel_rights import RightsCache
 from discord_io.delivery import DiscordChannel
 from discord_io.enrichment_tools import EnrichmentTools, discord_avatar_lookup
 from discord_io.exclusion import Exclusion, TurnAudience
-from discord_io.history import HistoryPolicy, HistoryRead, recent_messages
+from discord_io.history import (
+    HistoryPolicy,
+    HistoryRead,
+    ParentRead,
+    recent_messages,
+    referenced,
+)
 from discord_io.history_cache import GatewayHistory
 from discord_io.kill_command import KillPermission, install_kill_command
 from discord_io.media_fetch import MediaFetcher
@@ -247,6 +253,12 @@ class TurnBot:
         its turn, so no window here is known whole (D53)."""
         return self.history_cache.read if self.scale_out is None else recent_messages
 
+    @property
+    def history_parent(self) -> ParentRead:
+        """How reply chains read a parent: from the gateway's windows (D59), except with the
+        Redis backend (D53)."""
+        return self.history_cache.referenced if self.scale_out is None else referenced
+
     def _requester(self, channel_id: str) -> int | None:
         return self.requesters.get(channel_id)
 
@@ -399,7 +411,8 @@ class TurnBot:
                                    attachments=self.attachments,
                                    waiting=len(self.queue.pending(channel_id)),
                                    read_history=self.rights.rights(message.channel).read_history,
-                                   read=self.history_read)
+                                   read=self.history_read,
+                                   read_parent=self.history_parent)
 
     async def _killable(self, lock: ChannelLock, work: Any, default: Any) -> Any:
         """Run `work` (the history read) so the lock's kill cancels it (D3): the engine turn

@@ -135,7 +135,7 @@ class DiscordEmulator(World):
     def channel_messages(self, channel_id: int | None = None) -> list[JsonDict]:
         """Messages currently in the channel (deleted ones gone), oldest first."""
         wanted = channel_id if channel_id is not None else self.channel_id
-        return [self.with_reactions(m) for m in self.messages[wanted].values()]
+        return [self.served(m) for m in self.messages[wanted].values()]
 
     async def wait_for(self, predicate: Callable[[RecordedRequest], bool], *, count: int = 1,
                        answered: bool = True, timeout: float = 30.0) -> list[RecordedRequest]:

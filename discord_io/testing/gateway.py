@@ -316,7 +316,7 @@ class Gateway:
         message = emu.messages[channel_id][message_id]
         message["content"] = content
         message["edited_timestamp"] = emu.timestamp_of(emu.next_id())
-        await self.message_event("MESSAGE_UPDATE", channel_id, emu.with_reactions(message))
+        await self.message_event("MESSAGE_UPDATE", channel_id, emu.served(message))
         return message
 
     async def message_delete(self, channel_id: int, message_id: int) -> None:

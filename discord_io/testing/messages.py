@@ -39,7 +39,7 @@ from .rest import (
     forbidden,
     json_response,
 )
-from .world import GUILD_FORUM, GUILD_MEDIA, World
+from .world import GUILD_FORUM, GUILD_MEDIA, World, as_referenced
 
 JsonDict = dict[str, Any]
 MessageEvent = Callable[[str, int, JsonDict], Awaitable[None]]
@@ -151,7 +151,7 @@ class MessageRoutes:
         if "after" in request.query:
             ids = sorted(i for i in ids if i > int(request.query["after"]))[:limit]
             ids.reverse()
-        return json_response([world.with_reactions(world.messages[channel_id][i])
+        return json_response([world.served(world.messages[channel_id][i])
                               for i in ids[:limit]])
 
     async def get_message(self, request: web.Request) -> web.Response:
@@ -163,7 +163,7 @@ class MessageRoutes:
         message = self._world.messages[channel_id].get(int(request.match_info["message_id"]))
         if message is None:
             return error(404, UNKNOWN_MESSAGE, "Unknown Message")
-        return json_response(self._world.with_reactions(message))
+        return json_response(self._world.served(message))
 
     async def post_message(self, request: web.Request) -> web.Response:
         channel_id = self._channel(request, rule=self._send_refused)
@@ -201,8 +201,8 @@ class MessageRoutes:
             if key in body:
                 message[key] = body[key]
         message["edited_timestamp"] = world.timestamp_of(world.next_id())
-        await self._on_message("MESSAGE_UPDATE", channel_id, world.with_reactions(message))
-        return json_response(world.with_reactions(message))
+        await self._on_message("MESSAGE_UPDATE", channel_id, world.served(message))
+        return json_response(world.served(message))
 
     async def delete_message(self, request: web.Request) -> web.Response:
         channel_id = self._channel(request)
@@ -297,7 +297,7 @@ class MessageRoutes:
                 message["type"] = 19
                 message["message_reference"] = {"type": 0, "message_id": referenced["id"],
                                                 "channel_id": str(channel_id)}
-                message["referenced_message"] = referenced
+                message["referenced_message"] = as_referenced(referenced)
         return message
 
 

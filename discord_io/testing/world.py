@@ -30,6 +30,13 @@ THREAD_STARTER_MESSAGE = 21
 ARCHIVE_MINUTES = 1440
 
 
+def as_referenced(message: JsonDict) -> JsonDict:
+    """`message` as another message's `referenced_message`: one level deep, the way Discord
+    sends it (the parent carries its own `message_reference`, not its parent), so a client
+    walking a reply chain must read each further parent itself."""
+    return {key: value for key, value in message.items() if key != "referenced_message"}
+
+
 def embed_payload(embed: JsonDict) -> JsonDict:
     """An embed as Discord returns it: it always says its type."""
     return embed if "type" in embed else {"type": "rich", **embed}
@@ -299,7 +306,7 @@ class World:
                                             "guild_id": parent["guild_id"]}
             referenced = self.messages[parent_id].get(from_message)
             if referenced is not None:
-                starter["referenced_message"] = referenced
+                starter["referenced_message"] = as_referenced(referenced)
             self.store_message(thread_id, starter)
         return thread_id
 
@@ -422,7 +429,7 @@ class World:
                                             "channel_id": str(channel_id)}
             referenced = self.messages[channel_id].get(reply_to)
             if referenced is not None:
-                message["referenced_message"] = referenced
+                message["referenced_message"] = as_referenced(referenced)
         self.store_message(channel_id, message)
         return message
 
@@ -447,6 +454,22 @@ class World:
 
     def reactors(self, message_id: int, emoji: str) -> list[int]:
         return self._reactions[message_id].get(emoji, [])
+
+    def served(self, message: JsonDict) -> JsonDict:
+        """A stored message as Discord answers a read or sends an update of it now: its
+        reactions counted, and the message it replies to as it is now — edited, or `null`
+        once deleted (Resources › Message: "If the field exists but is null, the
+        referenced message was deleted")."""
+        out = self.with_reactions(message)
+        reference = message.get("message_reference")
+        if "referenced_message" not in message or not isinstance(reference, dict):
+            return out
+        parent = self.messages.get(int(reference["channel_id"]), {}).get(
+            int(reference["message_id"]))
+        out = dict(out)
+        out["referenced_message"] = (None if parent is None
+                                     else as_referenced(self.with_reactions(parent)))
+        return out
 
     def with_reactions(self, message: JsonDict) -> JsonDict:
         reactions = self._reactions.get(int(message["id"]))
