@@ -170,7 +170,8 @@ async def test_the_turn_request_default_carries_no_prefill() -> None:
     assert fold_into_history([_entry("x")], TurnRequest().prefill)[1] == ""
 
 
-@pytest.mark.parametrize("finish", ["length", "max_tokens", "MAX_TOKENS"])
+@pytest.mark.parametrize("finish", ["length", "max_tokens", "MAX_TOKENS", "pause_turn",
+                                    "model_length", "model_context_window_exceeded"])
 async def test_a_token_capped_empty_pass_after_a_tool_is_no_answer(finish: str) -> None:
     # covers T10: the pass after the tool spent its output budget thinking and said nothing;
     # the pre-tool line alone is not the reply (TomoriBot: `empty_response`), so a fallback

@@ -264,3 +264,20 @@ async def test_a_stream_the_engine_stops_ends_at_the_settle_timeout(
     assert result.state == "TimedOut"
     assert loop.time() - start == pytest.approx(15.0)
     assert "ignore cancellation" not in caplog.text
+
+
+@pytest.mark.parametrize(("error", "recorded"), [
+    (ProviderError(kind="blocked", message="safety filter", type="SAFETY"),
+     {"kind": "blocked", "type": "SAFETY", "message": "safety filter"}),
+    (ProviderError(kind="http", message="slow down", status=429, retryable=True,
+                   retry_after_s=30.0),
+     {"kind": "http", "type": None, "message": "slow down", "status": 429, "retryable": True,
+      "retry_after_s": 30.0}),
+], ids=["blocked", "rate_limited"])
+async def test_a_provider_errors_record_says_what_the_provider_said(
+        error: ProviderError, recorded: dict[str, Any]) -> None:
+    # covers S8, S13, G4: the pass result (and so the journal) keeps the provider's error as
+    # it came: no retry promised where the adapter made none, the wait it asked for kept
+    result = await _turn(Script([(1, error)])).run()
+    assert result.status == "error"
+    assert result.passes[-1].error == recorded

@@ -187,6 +187,8 @@ async def run_generation_turn(
                 deleted += removed
                 delivered = shown = ""
                 current = replace(current, prefill=request.prefill)
+        if len(delivered) >= base.max_delivered_chars:
+            break  # the reply delivered all it may: a fallback could only go past it (D5)
         current = _continuation(current, shown, turn)
     final = results[-1]
     outcome = GenerationResult(status=final.status, attempts=results, labels=labels,
