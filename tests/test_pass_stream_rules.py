@@ -85,7 +85,7 @@ async def test_a_first_token_at_the_budgets_last_instant_counts() -> None:
     # exactly as it runs out starts the reply (as the driver and the replay read it) and
     # arms the idle budget, so the answer completes
     channel = InMemoryChannel()
-    provider = Script(_text((30, "Just in time."), (35, " Done.")) + [(35, Finish("stop"))])
+    provider = Script([*_text((30, "Just in time."), (35, " Done.")), (35, Finish("stop"))])
     result = await _turn(provider, channel, first_token_timeout_s=30, idle_timeout_s=10).run()
     assert result.status == "completed" and result.notices == []
     assert channel.text == "Just in time. Done."
@@ -107,7 +107,7 @@ async def test_a_reply_exactly_at_the_length_bound_is_complete() -> None:
     # covers D5: the bound is what a reply may deliver; a reply of exactly that many
     # characters is delivered whole and completes, with no "reply too long" notice
     channel = InMemoryChannel()
-    provider = Script(_text((1, "abcd"), (2, "efgh")) + [(2, Finish("stop"))])
+    provider = Script([*_text((1, "abcd"), (2, "efgh")), (2, Finish("stop"))])
     result = await _turn(provider, channel, max_delivered_chars=8).run()
     assert result.status == "completed" and result.notices == []
     assert channel.text == "abcdefgh"
@@ -117,7 +117,7 @@ async def test_a_held_back_tag_start_at_the_bound_is_not_sent() -> None:
     # covers D5, T8: a reply that filled its bound and ends on what might have become a tag
     # (`<`, held back until the next chunk says) does not send that character past the bound
     channel = InMemoryChannel()
-    provider = Script(_text((1, "abcd"), (2, "<")) + [(2, Finish("stop"))])
+    provider = Script([*_text((1, "abcd"), (2, "<")), (2, Finish("stop"))])
     await _turn(provider, channel, max_delivered_chars=4).run()
     assert channel.text == "abcd"
 
@@ -126,7 +126,7 @@ async def test_a_reply_ending_on_a_held_back_tag_start_is_delivered_whole() -> N
     # covers T8: a `<` at the very end is held back in case a `<details>` tag follows; when
     # the stream ends instead, it was prose and is delivered
     channel = InMemoryChannel()
-    provider = Script(_text((1, "HTML tags start with <")) + [(1, Finish("stop"))])
+    provider = Script([*_text((1, "HTML tags start with <")), (1, Finish("stop"))])
     result = await _turn(provider, channel).run()
     assert result.status == "completed"
     assert channel.text == "HTML tags start with <"
@@ -146,9 +146,9 @@ async def test_nothing_after_a_provider_error_is_delivered() -> None:
     # covers S8, S15: an in-band provider error ends the pass: text the adapter still yields
     # after it is not delivered
     channel = InMemoryChannel()
-    provider = Script(_text((1, "Partial ")) + [
-        (2, ProviderError(kind="provider_stream_error", message="overloaded")),
-        (3, TextDelta("after the error"))])
+    provider = Script([*_text((1, "Partial ")),
+                       (2, ProviderError(kind="provider_stream_error", message="overloaded")),
+                       (3, TextDelta("after the error"))])
     result = await _turn(provider, channel).run()
     assert result.status == "error"
     assert channel.text == "Partial "
@@ -179,7 +179,7 @@ async def test_a_channel_at_its_message_bound_ends_the_turn_delivery_cap(on_flus
     # status delivery_cap and the "reply too long" notice, whether the bound is hit by a
     # send while streaming or by the pass's last flush
     channel = CappedChannel(on_flush)
-    provider = Script(_text((1, "one "), (2, "two ")) + [(2, Finish("stop"))])
+    provider = Script([*_text((1, "one "), (2, "two ")), (2, Finish("stop"))])
     result = await _turn(provider, channel).run()
     assert result.status == "delivery_cap"
     assert [notice.kind for notice in channel.notices] == ["delivery_cap"]
