@@ -281,3 +281,13 @@ async def test_a_provider_errors_record_says_what_the_provider_said(
     result = await _turn(Script([(1, error)])).run()
     assert result.status == "error"
     assert result.passes[-1].error == recorded
+
+
+async def test_a_tag_held_back_across_chunks_hides_the_block_that_follows() -> None:
+    # covers T8: a chunk ending in the start of a tag is held back, and the next chunk,
+    # with no `<` of its own, is read with it: the block it opens is never delivered
+    channel = InMemoryChannel()
+    provider = Script([*_text((1, "Answer <det"), (2, "ails>hidden"), (3, "</details> done")),
+                       (3, Finish("stop"))])
+    result = await _turn(provider, channel).run()
+    assert channel.text == "Answer  done" and result.passes[-1].details == "hidden"
