@@ -1,0 +1,63 @@
+"""Failures inside the turn's driver itself (SPEC S15, S13): an observer of the turn's
+transitions — the journal writer, the demo's printer — that raises (a full disk, a closed
+pipe) is an unexpected exception like any other. The turn ends Done/error in one terminal
+state, the text already delivered is kept, and the pass it interrupted stays in the turn's
+record."""
+
+from __future__ import annotations
+
+import pytest
+
+from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.prefill import TurnRequest
+from fsm.engine.turn import Turn
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider, history_items
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+STREAM = {"passes": [[{"at": 1, "text": "Hello"}, {"at": 2, "text": " there"},
+                      {"at": 3, "end": "completed"}]]}
+
+
+class FailingJournal:
+    """Raises from the transition named `from_event` on; with `once`, only there."""
+
+    def __init__(self, from_event: str, *, once: bool) -> None:
+        self.from_event, self.once = from_event, once
+        self.seen: list[str] = []
+
+    def on_transition(self, turn: Turn, t: float, event: str, source: str, dest: str) -> None:
+        self.seen.append(event)
+        if event == self.from_event or (not self.once and self.from_event in self.seen):
+            raise OSError("journal: no space left on device")
+
+
+def _turn(journal: FailingJournal) -> tuple[Turn, InMemoryChannel]:
+    scenario = parse_scenario(STREAM)
+    locks = ChannelLockRegistry()
+    lock = locks.try_acquire("c", "t")
+    assert lock is not None
+    channel = InMemoryChannel(scenario.history)
+    turn = Turn(provider=ScriptedProvider(scenario.passes), channel=channel, locks=locks,
+                lock=lock, request=TurnRequest(history_items(scenario.history)),
+                observer=journal, config=scenario.turn_config())
+    return turn, channel
+
+
+@pytest.mark.parametrize("once", [True, False], ids=["fails-once", "fails-from-then-on"])
+async def test_a_failing_journal_mid_stream_ends_the_turn_with_its_pass_recorded(
+        once: bool) -> None:
+    # covers S15, S13: the journal fails as the first token lands; the turn ends Done/error
+    # at that instant, naming the failure, the delivered "Hello" is kept and nothing after it
+    # is sent, and the interrupted pass is in the record with its status and text
+    journal = FailingJournal("first_token", once=once)
+    turn, channel = _turn(journal)
+    result = await turn.run()
+    assert (result.status, result.state) == ("error", "Done")
+    assert result.error == "OSError: journal: no space left on device"
+    assert channel.text == result.delivered_text == "Hello"
+    assert [(p.status, p.text) for p in result.passes] == [("error", "Hello")]
+    assert [(t["event"], t["to"], t["t"]) for t in turn.transitions][-2:] == [
+        ("first_token", "Streaming", 1.0), ("crash", "Done", 1.0)]
+    assert turn.lock.turn_kill is None
