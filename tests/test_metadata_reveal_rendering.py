@@ -70,7 +70,8 @@ def test_missing_fields_and_a_model_role_message() -> None:
              {"role": "user", "type": "dialogue", "message_id": 10, "content": "no str id"}]
     out = annotate(items, {}, recent=5)
     assert out[0] is items[0] and out[2] is items[2]
-    assert out[1]["annotated_text"] == '''ref_1 | "unknown" () at  replying to you | reactions: xx0\n> '''
+    assert out[1]["annotated_text"] == (
+        'ref_1 | "unknown" () at  replying to you | reactions: xx0\n> ')
     assert out[1]["content"] == ""
 
 
