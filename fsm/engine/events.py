@@ -59,7 +59,8 @@ class WorkerCrashed:
 
 @dataclass(frozen=True, slots=True)
 class Kill:
-    reason: str
+    """A stop: the user's `/kill`, a stop already asked for on the channel, or the stale-lock
+    sweeper's; who asked is told to the workers' abort signals, not carried here."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,12 +73,19 @@ class Mailbox(Generic[T]):
             waiter.set_result(None)
 
     async def get(self, deadline: float | None) -> T | None:
-        """The next item, or None once the loop clock reaches `deadline`."""
+        """The next item, or None once the loop clock reaches `deadline`. An item landing
+        at the deadline's very instant is on time (a budget includes its last instant),
+        whichever of the two the loop ran first: its task runs before this decides."""
         if self._items:
             return self._take()
         loop = asyncio.get_running_loop()
-        if deadline is not None and deadline <= loop.time():
-            return None
+        if deadline is None or deadline > loop.time():
+            await self._wait(loop, deadline)
+        if not self._items:
+            await asyncio.sleep(0)
+        return self._take() if self._items else None
+
+    async def _wait(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> None:
         waiter: asyncio.Future[None] = loop.create_future()
         self._waiter = waiter
         handle = None if deadline is None else loop.call_at(deadline, _expire, waiter)
@@ -88,9 +95,6 @@ class Mailbox(Generic[T]):
             self._waiter = None
             if handle is not None:
                 handle.cancel()
-        if self._items:
-            return self._take()
-        return None
 
     def _take(self) -> T:
         self.received_at, item = self._items.popleft()

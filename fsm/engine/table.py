@@ -127,7 +127,7 @@ TABLE: tuple[Edge, ...] = (
           "advance the iteration (R2-R9)"),
     _edge("kill", NON_TERMINAL, STOPPED, "kill", "on_kill",
           "abort the pass and the tool; status stopped_by_user (S7, S16, T5)"),
-    _edge("crash", (P, A, S, TC, CR), DONE, "error", "on_crash",
+    _edge("crash", NON_TERMINAL, DONE, "error", "on_crash",
           "an unexpected exception: status error, cleanup still runs (S15)"),
 )
 

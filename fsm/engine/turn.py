@@ -138,7 +138,8 @@ class Turn(EdgeCallbacks):
         return self.result()
 
     def request_stop(self, reason: str = "kill") -> None:
-        """`/kill`: honoured at once in every non-terminal state (S7, S16)."""
+        """`/kill`: honoured at once in every non-terminal state (S7, S16). The stream and a
+        running tool are aborted with `reason` (`kill`, or `stale_lock` from the sweeper)."""
         if self.stop_requested or self.state in _TERMINAL_NAMES:
             return
         self.ledger.stop_requested_at = self.elapsed
@@ -148,9 +149,9 @@ class Turn(EdgeCallbacks):
         clock.stop_at = clock.arrival()
         if self.recorder is not None and clock.started:
             self.recorder.on_event(clock.stop_at - clock.t0, {"kill": True})
-        self._passes.abort("kill")
-        self._tools.abort("kill")
-        self.mailbox.post_urgent(ev.Kill(reason), clock.stop_at)
+        self._passes.abort(reason)
+        self._tools.abort(reason)
+        self.mailbox.post_urgent(ev.Kill(), clock.stop_at)
 
     def notify_follow_up(self) -> None:
         """A new message from the same user arrived in the channel (S17, T3)."""
@@ -233,7 +234,7 @@ class Turn(EdgeCallbacks):
                 await self._on_event(earlier)
                 return
             clock.logical = max(clock.logical, clock.stop_at)
-            await self._fire("kill", ev.Kill("stop requested"))
+            await self._fire("kill", ev.Kill())
             return
         if state == State.PREPARING.value:
             await self._prepare()
@@ -266,7 +267,7 @@ class Turn(EdgeCallbacks):
             if self.recorder is not None:  # asked for before this turn began
                 self.recorder.on_event(self._clock.logical - self._clock.t0,
                                        {"kill": True, "before_start": True})
-            await self._fire("kill", ev.Kill("stop requested on the channel"))
+            await self._fire("kill", ev.Kill())
         elif len(self.ledger.passes) >= self.config.max_iterations:
             await self._fire("iteration_cap")
         elif await self._fire("begin", self.conversation.next_request(
