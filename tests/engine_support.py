@@ -7,11 +7,34 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fsm.engine.locks import ChannelLockRegistry
+from fsm.engine.prefill import TurnRequest
+from fsm.engine.stash import ContextStash
+from fsm.engine.turn import Turn, TurnObserver
+from fsm.scenarios.format import parse_scenario
+from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
+
 ROOT = Path(__file__).resolve().parents[1]
 OWN_SCENARIOS = ROOT / "tests" / "scenarios"
 EXAMPLE_SCENARIOS = OWN_SCENARIOS / "examples"
 
 TAKEN_EDGES: set[tuple[str, str, str]] = set()
+
+
+def scripted_turn(raw: dict[str, Any], *, channel_class: type[InMemoryChannel] = InMemoryChannel,
+                  turn_class: type[Turn] = Turn, observer: TurnObserver | None = None) -> Turn:
+    """A turn playing scenario `raw` (its passes, tools, history and config) on an
+    in-memory channel of `channel_class`, holding its channel's lock."""
+    scenario = parse_scenario(raw)
+    stash = ContextStash()
+    locks = ChannelLockRegistry()
+    lock = locks.try_acquire("c1", "test")
+    assert lock is not None
+    return turn_class(provider=ScriptedProvider(scenario.passes),
+                      channel=channel_class(scenario.history), locks=locks, lock=lock,
+                      request=TurnRequest(history_items(scenario.history)),
+                      tools=ScriptedTools(scenario.tools, stash, {}).registry, stash=stash,
+                      observer=observer, config=scenario.turn_config())
 
 
 def scenario_files() -> list[Path]:

@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
-from fsm.engine.locks import ChannelLockRegistry
-from fsm.engine.prefill import TurnRequest
 from fsm.engine.turn import Turn
-from fsm.scenarios.format import parse_scenario
-from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider, history_items
+from fsm.scenarios.scripted import InMemoryChannel
+
+from engine_support import scripted_turn
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -36,26 +35,15 @@ class FailingJournal:
             raise OSError("journal: no space left on device")
 
 
-def _turn(journal: FailingJournal) -> tuple[Turn, InMemoryChannel]:
-    scenario = parse_scenario(STREAM)
-    locks = ChannelLockRegistry()
-    lock = locks.try_acquire("c", "t")
-    assert lock is not None
-    channel = InMemoryChannel(scenario.history)
-    turn = Turn(provider=ScriptedProvider(scenario.passes), channel=channel, locks=locks,
-                lock=lock, request=TurnRequest(history_items(scenario.history)),
-                observer=journal, config=scenario.turn_config())
-    return turn, channel
-
-
 @pytest.mark.parametrize("once", [True, False], ids=["fails-once", "fails-from-then-on"])
 async def test_a_failing_journal_mid_stream_ends_the_turn_with_its_pass_recorded(
         once: bool) -> None:
     # covers S15, S13: the journal fails as the first token lands; the turn ends Done/error
     # at that instant, naming the failure, the delivered "Hello" is kept and nothing after it
     # is sent, and the interrupted pass is in the record with its status and text
-    journal = FailingJournal("first_token", once=once)
-    turn, channel = _turn(journal)
+    turn = scripted_turn(STREAM, observer=FailingJournal("first_token", once=once))
+    channel = turn.channel
+    assert isinstance(channel, InMemoryChannel)
     result = await turn.run()
     assert (result.status, result.state) == ("error", "Done")
     assert result.error == "OSError: journal: no space left on device"
@@ -70,16 +58,12 @@ async def test_a_failing_journal_as_the_stream_times_out_ends_the_turn_from_sett
     # covers S15, S10, S13: the journal fails on the timeout's transition into Settling;
     # the crash edge from Settling ends the turn Done/error at that instant, with the
     # timed-out pass recorded and its delivered text kept
-    scenario = parse_scenario({"config": {"idle_timeout_s": 10},
-                               "passes": [[{"at": 1, "text": "Hello"},
-                                           {"at": 1, "stall": True, "settles_after": 2}]]})
-    locks = ChannelLockRegistry()
-    lock = locks.try_acquire("c", "t")
-    assert lock is not None
-    channel = InMemoryChannel(scenario.history)
-    turn = Turn(provider=ScriptedProvider(scenario.passes), channel=channel, locks=locks,
-                lock=lock, observer=FailingJournal("idle_timeout", once=True),
-                config=scenario.turn_config())
+    turn = scripted_turn({"config": {"idle_timeout_s": 10},
+                          "passes": [[{"at": 1, "text": "Hello"},
+                                      {"at": 1, "stall": True, "settles_after": 2}]]},
+                         observer=FailingJournal("idle_timeout", once=True))
+    channel = turn.channel
+    assert isinstance(channel, InMemoryChannel)
     result = await turn.run()
     assert (result.status, result.state, channel.text) == ("error", "Done", "Hello")
     assert [(p.status, p.text) for p in result.passes] == [("error", "Hello")]
@@ -100,13 +84,9 @@ async def test_a_failing_callback_keeps_its_transition_in_the_journal() -> None:
     # journal keeps that transition at its time into the turn (a turn that began 100 s into
     # the loop's life), then the crash; the failure named is the callback's own
     await asyncio.sleep(100)
-    scenario = parse_scenario(STREAM)
-    locks = ChannelLockRegistry()
-    lock = locks.try_acquire("c", "t")
-    assert lock is not None
-    channel = InMemoryChannel(scenario.history)
-    turn = FailingFirstToken(provider=ScriptedProvider(scenario.passes), channel=channel,
-                             locks=locks, lock=lock, config=scenario.turn_config())
+    turn = scripted_turn(STREAM, turn_class=FailingFirstToken)
+    channel = turn.channel
+    assert isinstance(channel, InMemoryChannel)
     result = await turn.run()
     assert (result.status, result.error) == ("error", "RuntimeError: callback bug")
     assert [(t["event"], t["to"], t["t"]) for t in turn.transitions] == [
@@ -127,15 +107,10 @@ class BrokenCrashEdge(Turn):
 async def test_a_turn_whose_crash_edge_fails_still_ends_in_one_terminal_state() -> None:
     # covers S15, S13: the failure and then the crash edge both fail: the turn is forced
     # Done with status error, journaled as a crash at once; the delivered text is kept
-    scenario = parse_scenario(STREAM)
-    locks = ChannelLockRegistry()
-    lock = locks.try_acquire("c", "t")
-    assert lock is not None
-    channel = InMemoryChannel(scenario.history)
-    turn = BrokenCrashEdge(provider=ScriptedProvider(scenario.passes), channel=channel,
-                           locks=locks, lock=lock,
-                           observer=FailingJournal("first_token", once=True),
-                           config=scenario.turn_config())
+    turn = scripted_turn(STREAM, turn_class=BrokenCrashEdge,
+                         observer=FailingJournal("first_token", once=True))
+    channel = turn.channel
+    assert isinstance(channel, InMemoryChannel)
     result = await turn.run()
     assert (result.status, result.state) == ("error", "Done")
     assert result.error == "OSError: journal: no space left on device"

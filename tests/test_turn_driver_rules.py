@@ -15,7 +15,6 @@ import pytest
 from fsm.engine.channel import Notice
 from fsm.engine.config import TurnConfig
 from fsm.engine.locks import ChannelLockRegistry
-from fsm.engine.prefill import TurnRequest
 from fsm.engine.provider import (
     AbortSignal,
     Finish,
@@ -25,17 +24,12 @@ from fsm.engine.provider import (
     ToolCallRequest,
 )
 from fsm.engine.recording import InputRecorder
-from fsm.engine.stash import ContextStash
 from fsm.engine.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
 from fsm.engine.turn import Turn
 from fsm.journal import JournalRecorder
-from fsm.scenarios.format import parse_scenario
-from fsm.scenarios.scripted import (
-    InMemoryChannel,
-    ScriptedProvider,
-    ScriptedTools,
-    history_items,
-)
+from fsm.scenarios.scripted import InMemoryChannel
+
+from engine_support import scripted_turn
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -342,16 +336,9 @@ async def test_a_reveal_answering_after_its_budget_on_a_busy_loop_goes_on_withou
                 "data": {"type": "context_restart_message_metadata"}}]},
            "history": [{"id": "m1", "author": "ana", "content": "hi", "at": "t",
                         "reactions": [{"emoji": "👍", "users": ["bo"]}]}]}
-    scenario = parse_scenario(raw)
-    stash = ContextStash()
-    locks = ChannelLockRegistry()
-    lock = locks.try_acquire("c1", "test")
-    assert lock is not None
-    channel = BusyReactorLookups(scenario.history)
-    turn = Turn(provider=ScriptedProvider(scenario.passes), channel=channel, locks=locks,
-                lock=lock, request=TurnRequest(history_items(scenario.history)),
-                tools=ScriptedTools(scenario.tools, stash, {}).registry, stash=stash,
-                config=scenario.turn_config())
+    turn = scripted_turn(raw, channel_class=BusyReactorLookups)
+    channel = turn.channel
+    assert isinstance(channel, InMemoryChannel)
     result = await turn.run()
     assert result.status == "completed" and channel.text == "Bo liked it."
     assert ("restart", "Preparing", 21.0) in _events(turn)
