@@ -7,6 +7,7 @@ budget's last instant. All in virtual time."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -26,7 +27,8 @@ from fsm.engine.provider import (
 from fsm.engine.recording import InputRecorder
 from fsm.engine.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
 from fsm.engine.turn import Turn
-from fsm.journal import JournalRecorder
+from fsm.journal import JournalRecorder, journal_document
+from fsm.review.replay import replay_on_loop
 from fsm.scenarios.scripted import InMemoryChannel
 
 from engine_support import scripted_turn
@@ -295,24 +297,40 @@ async def test_a_tool_answering_after_its_budget_on_a_busy_loop_has_timed_out() 
     assert turn.function_history[0].result["success"] is False
 
 
-async def test_a_stream_failing_after_its_idle_budget_on_a_busy_loop_is_a_timeout() -> None:
-    # covers S10, S15: the loop is held from 2 s to 16 s and the adapter raises as it lets
-    # go: the idle budget (10 s after the text at 1 s) ran out first, so the turn times out
-    # at 11 s and the failure is the settling of the abandoned stream, not a crash; the
-    # delivered text is kept
-    async def fails_late(abort: AbortSignal) -> AsyncIterator[ProviderEvent]:
+@pytest.mark.parametrize("how", ["ends", "raises", "calls a tool", "sends more"])
+async def test_a_stream_that_outlives_its_idle_budget_on_a_busy_loop_replays_exactly(
+        how: str) -> None:
+    # covers S10, S15, S13: the loop is held from 2 s to 16 s, and as it lets go the
+    # stream ends, fails, asks for a tool or sends more: the idle budget (10 s after the text
+    # at 1 s) ran out first, so the turn times out at 11 s with the delivered text kept —
+    # and its journal, which records the stream as going silent after that text, replays
+    # exactly, the same turn on a clock nobody held
+    async def outlives(abort: AbortSignal) -> AsyncIterator[ProviderEvent]:
         await asyncio.sleep(1)
         yield TextDelta("Hello")
         await asyncio.sleep(1)
         _busy(14)
-        raise ValueError("bad frame")
+        if how == "raises":
+            raise ValueError("bad frame")
+        if how == "calls a tool":
+            yield ToolCallRequest("lookup", {})
+        if how == "sends more":
+            yield TextDelta(" there")
+        yield Finish("stop")
 
-    turn = _turn(Passes(fails_late), idle_timeout_s=10)
+    config = TurnConfig(idle_timeout_s=10)
+    recorder = JournalRecorder("busy-loop", config, ToolRegistry())
+    turn = _turn(Passes(outlives), tools=lookup_tool(1), recorder=recorder, idle_timeout_s=10)
     result = await turn.run()
     assert result.status == "timeout" and result.error is None
-    assert _events(turn)[-2:] == [("idle_timeout", "Settling", 11.0),
-                                  ("settled", "TimedOut", 16.0)]
-    assert turn.channel.text == "Hello"  # type: ignore[attr-defined]
+    assert _events(turn)[2] == ("idle_timeout", "Settling", 11.0)
+    assert _events(turn)[-1][1:] == ("TimedOut", 16.0)
+    assert turn.channel.text == ("Hello there" if how == "sends more" else "Hello")  # type: ignore[attr-defined]
+    assert recorder.passes[0][0] == {"at": 1.0, "text": "Hello"}
+    assert recorder.passes[0][1]["stall"] is True and len(recorder.passes[0]) == 2
+    document = json.loads(json.dumps(journal_document(recorder.scenario(), turn.transitions,
+                                                      result.as_dict())))
+    assert await replay_on_loop(document, "busy-loop") is None
 
 
 class BusyReactorLookups(InMemoryChannel):
