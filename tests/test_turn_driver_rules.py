@@ -21,6 +21,7 @@ from fsm.engine.provider import (
     Finish,
     PassRequest,
     ProviderEvent,
+    ReasoningDelta,
     TextDelta,
     ToolCallRequest,
 )
@@ -297,7 +298,8 @@ async def test_a_tool_answering_after_its_budget_on_a_busy_loop_has_timed_out() 
     assert turn.function_history[0].result["success"] is False
 
 
-@pytest.mark.parametrize("how", ["ends", "raises", "calls a tool", "sends more"])
+@pytest.mark.parametrize("how", ["ends", "raises", "is cancelled", "calls a tool", "sends more",
+                                 "thinks, then sends more"])
 async def test_a_stream_that_outlives_its_idle_budget_on_a_busy_loop_replays_exactly(
         how: str) -> None:
     # covers S10, S15, S13: the loop is held from 2 s to 16 s, and as it lets go the
@@ -312,9 +314,13 @@ async def test_a_stream_that_outlives_its_idle_budget_on_a_busy_loop_replays_exa
         _busy(14)
         if how == "raises":
             raise ValueError("bad frame")
+        if how == "is cancelled":
+            raise asyncio.CancelledError  # the adapter's own, not the engine's
         if how == "calls a tool":
             yield ToolCallRequest("lookup", {})
-        if how == "sends more":
+        if how.startswith("thinks"):
+            yield ReasoningDelta("Hmm.")
+        if how.endswith("sends more"):
             yield TextDelta(" there")
         yield Finish("stop")
 
@@ -325,12 +331,40 @@ async def test_a_stream_that_outlives_its_idle_budget_on_a_busy_loop_replays_exa
     assert result.status == "timeout" and result.error is None
     assert _events(turn)[2] == ("idle_timeout", "Settling", 11.0)
     assert _events(turn)[-1][1:] == ("TimedOut", 16.0)
-    assert turn.channel.text == ("Hello there" if how == "sends more" else "Hello")  # type: ignore[attr-defined]
+    assert turn.channel.text == (  # type: ignore[attr-defined]
+        "Hello there" if how.endswith("sends more") else "Hello")
     assert recorder.passes[0][0] == {"at": 1.0, "text": "Hello"}
     assert recorder.passes[0][1]["stall"] is True and len(recorder.passes[0]) == 2
     document = json.loads(json.dumps(journal_document(recorder.scenario(), turn.transitions,
                                                       result.as_dict())))
     assert await replay_on_loop(document, "busy-loop") is None
+
+
+@pytest.mark.parametrize(("how", "ending"), [
+    ("ends", ("completed", "Done")), ("raises", ("crash", "Done")),
+    ("is cancelled", ("crash", "Done")), ("calls a tool", ("tool_call", "ToolCall"))])
+async def test_a_stream_ending_at_its_idle_budgets_last_instant_is_on_time(
+        how: str, ending: tuple[str, str]) -> None:
+    # covers S5, S15, T7: text at 1 s, then the stream ends, fails or asks for a tool
+    # exactly as its 10 s idle budget runs out: that is within the budget, so the turn goes
+    # on from it at 11 s — no timeout
+    async def at_the_deadline(abort: AbortSignal) -> AsyncIterator[ProviderEvent]:
+        await asyncio.sleep(1)
+        yield TextDelta("Hello")
+        await asyncio.sleep(10)
+        if how == "raises":
+            raise ValueError("bad frame")
+        if how == "is cancelled":
+            raise asyncio.CancelledError
+        if how == "calls a tool":
+            yield ToolCallRequest("lookup", {})
+        yield Finish("stop")
+
+    turn = _turn(Passes(at_the_deadline, answers), tools=lookup_tool(1), idle_timeout_s=10)
+    result = await turn.run()
+    assert (*ending, 11.0) in _events(turn)
+    assert "idle_timeout" not in [event for event, _, _ in _events(turn)]
+    assert result.status == ("completed" if how in ("ends", "calls a tool") else "error")
 
 
 class BusyReactorLookups(InMemoryChannel):

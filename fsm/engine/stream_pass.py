@@ -110,7 +110,7 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
                             continue
                         if type(text) is not str:
                             raise TypeError(f"the provider sent {type(text).__name__} as text")
-                        now = clock()
+                        now = on_grid(clock())  # as the mailbox stamps it: journal and driver agree
                         if abort.fired or now > deadline:
                             # Aborted, or past its deadline before the driver could act
                             # on it: the timeout comes first, as in replay (S10).
