@@ -292,6 +292,18 @@ async def test_a_max_tokens_stop_cuts_a_call_whose_events_carry_no_index() -> No
     assert (call.id, call.arguments, call.truncated) == ("toolu_a", {"city": "Oslo"}, True)
 
 
+async def test_blocks_whose_events_interleave_are_joined_by_their_index() -> None:
+    # covers T4: each event names its block by `index`, so two tool blocks whose fragments
+    # and stops arrive interleaved (the second started before the first ended) are still
+    # two whole calls, each with its own arguments
+    a = tool_block(1, "toolu_a", '{"city": ', '"Oslo"}')
+    b = tool_block(2, "toolu_b", '{"city": ', '"Rome"}')
+    script = anthropic_sse(a[0], a[1], b[0], b[1], a[2], b[2], a[3], b[3], *ending("tool_use"))
+    _, summary, _ = await run("anthropic", script)
+    assert [(c.id, c.arguments, c.truncated) for c in summary.tool_calls] == [
+        ("toolu_a", {"city": "Oslo"}, False), ("toolu_b", {"city": "Rome"}, False)]
+
+
 @pytest.mark.parametrize("dropped_from", ["every event", "the starts", "all but the starts"])
 async def test_blocks_whose_events_lose_their_index_stay_apart(dropped_from: str) -> None:
     # covers T4, P5: a proxy that drops `index` from every event, or only from the
