@@ -9,9 +9,11 @@ Anthropic adds event and block types over time, so unknown ones are ignored, not
 Tool calls are held until `message_delta` says why the message stopped: on `max_tokens` or
 `model_context_window_exceeded` the last tool block may have been cut mid-JSON (even when
 what arrived happens to parse, e.g. an empty input), so it is marked truncated and never
-runs (T4). Every stop reason is sorted by `endings.ANTHROPIC` (P6): `refusal` is a block,
-`max_tokens` and `pause_turn` a cut reply, and the usage on the same `message_delta` is
-counted whatever the reason (P7).
+runs (T4). A proxy may drop the events' `index` (from all of them or from some kinds): the
+blocks still come in order, one at a time, so a start without one opens the next block and
+any other event without one is about the block started last. Every stop reason is sorted
+by `endings.ANTHROPIC` (P6): `refusal` is a block, `max_tokens` and `pause_turn` a cut
+reply, and the usage on the same `message_delta` is counted whatever the reason (P7).
 
 Extended thinking (P2, P5): the `reasoning` setting becomes `thinking` with a budget, and
 `max_tokens` is the output limit plus that budget, so thinking does not eat the reply. The
@@ -203,6 +205,7 @@ class MessagesDecoder:
         self._tools: dict[int, _ToolBlock] = {}
         self._thinking: dict[int, dict[str, Any]] = {}
         self._last_index = -1
+        self._open = -1
         self._usage: dict[str, int] = {}
         self._stop_reason: str | None = None
         self._ending: ProviderError | None = None
@@ -222,7 +225,7 @@ class MessagesDecoder:
         if kind == "content_block_start":
             return self._start(payload)
         if kind == "content_block_stop":
-            block = self._tools.get(_index(payload))
+            block = self._tools.get(self._index(payload))
             if block is not None:
                 block.closed = True
             return []
@@ -251,8 +254,8 @@ class MessagesDecoder:
         block = payload.get("content_block")
         if not isinstance(block, dict):
             return []
-        index = _index(payload)
-        self._last_index = max(self._last_index, index)
+        index = self._index(payload, starts=True)
+        self._open, self._last_index = index, max(self._last_index, index)
         kind = block.get("type")
         if kind == "tool_use":
             call_id = block.get("id") if isinstance(block.get("id"), str) else None
@@ -266,6 +269,16 @@ class MessagesDecoder:
         if kind == "redacted_thinking":
             self._thinking[index] = {"type": "redacted_thinking", "data": block.get("data", "")}
         return []
+
+    def _index(self, payload: dict[str, Any], *, starts: bool = False) -> int:
+        """The block an event is about. A proxy that drops `index` (from every event, or
+        only from some kinds) still sends the blocks in order, one at a time: a start without
+        one opens the block after the highest so far, and any other event without one is
+        about the block started last."""
+        index = payload.get("index")
+        if isinstance(index, int):
+            return index
+        return self._last_index + 1 if starts else self._open
 
     def _thought(self, index: int, value: Any) -> list[ProviderEvent]:
         block = self._thinking.get(index)
@@ -281,13 +294,13 @@ class MessagesDecoder:
         if kind == "text_delta":
             return _text(TextDelta, delta.get("text"))
         if kind == "thinking_delta":
-            return self._thought(_index(payload), delta.get("thinking"))
+            return self._thought(self._index(payload), delta.get("thinking"))
         if kind == "signature_delta":
-            thought = self._thinking.get(_index(payload))
+            thought = self._thinking.get(self._index(payload))
             if thought is not None and isinstance(delta.get("signature"), str):
                 thought["signature"] = delta["signature"]
         if kind == "input_json_delta":
-            block = self._tools.get(_index(payload))
+            block = self._tools.get(self._index(payload))
             fragment = delta.get("partial_json")
             if block is not None and isinstance(fragment, str):
                 block.fragments.append(fragment)
@@ -351,11 +364,6 @@ class MessagesDecoder:
                 output_tokens=self._usage.get("output_tokens"),
             )
         ]
-
-
-def _index(payload: dict[str, Any]) -> int:
-    index = payload.get("index")
-    return index if isinstance(index, int) else -1
 
 
 def _text(kind: type[TextDelta] | type[ReasoningDelta], value: Any) -> list[ProviderEvent]:

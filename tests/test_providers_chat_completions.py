@@ -146,6 +146,28 @@ async def test_parallel_calls_streamed_interleaved_stay_apart() -> None:
         ("call_a", {"city": "Oslo"}, False), ("call_b", {"city": "Rome"}, False)]
 
 
+async def test_an_index_that_is_not_a_number_counts_as_none() -> None:
+    # covers T4: a gateway that writes a call's `index` as a string ("0") or `true` on some
+    # deltas and leaves it off others: an index that is not a number is read as no index,
+    # so the calls are followed by their names, as for a server that sends none, and each
+    # runs whole with its own arguments
+    def part(index: object, call: dict[str, Any]) -> dict[str, Any]:
+        head = {} if index is None else {"index": index}
+        return {"choices": [choice({"tool_calls": [{**head, **call}]})]}
+
+    script = sse(part("0", {"id": "call_a", "function": {"name": "get_weather",
+                                                         "arguments": '{"city": '}}),
+                 part(None, {"function": {"arguments": '"Oslo"}'}}),
+                 part("1", {"id": "call_b", "function": {"name": "get_time",
+                                                         "arguments": '{"zone": '}}),
+                 part(True, {"function": {"arguments": '"CET"}'}}),
+                 {"choices": [choice({}, "tool_calls")]}, "[DONE]")
+    _, summary, _ = await run("openai", script)
+    assert [(c.id, c.name, c.arguments, c.truncated) for c in summary.tool_calls] == [
+        ("call_a", "get_weather", {"city": "Oslo"}, False),
+        ("call_b", "get_time", {"zone": "CET"}, False)]
+
+
 async def test_a_call_whose_name_never_came_has_an_empty_name() -> None:
     """covers T4: a call delta that never names its function still becomes a call (with an
     empty name, which the engine answers as an unknown tool), never a name of null."""

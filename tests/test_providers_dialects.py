@@ -91,6 +91,20 @@ async def test_a_held_tag_start_released_by_a_heartbeat_keeps_the_text_after_it(
 
 
 @pytest.mark.asyncio
+async def test_each_thought_chunk_is_passed_on_as_it_arrives() -> None:
+    # covers P4: inside a think block each chunk is reasoning the moment it arrives, whole;
+    # only an end that could begin `</think>` waits for the next chunk
+    chunks = ["<think>", "Paris", " is in France.", " </th", "ink>", "It is sunny."]
+    script = sse(*({"choices": [{"index": 0, "delta": {"content": c}}]} for c in chunks),
+                 {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}, "[DONE]")
+    events, _, _ = await run("openai", script)
+    said = [(type(e).__name__, e.text) for e in events
+            if isinstance(e, (TextDelta, ReasoningDelta))]
+    assert said == [("ReasoningDelta", "Paris"), ("ReasoningDelta", " is in France."),
+                    ("ReasoningDelta", " "), ("TextDelta", "It is sunny.")]
+
+
+@pytest.mark.asyncio
 async def test_think_tags_are_a_per_provider_setting() -> None:
     """covers P4: `think_tags: false` keeps the content as the server sent it."""
     script = sse({"choices": [{"index": 0, "delta": {"content": "<think>x</think>y"},

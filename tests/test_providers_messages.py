@@ -292,6 +292,48 @@ async def test_a_max_tokens_stop_cuts_a_call_whose_events_carry_no_index() -> No
     assert (call.id, call.arguments, call.truncated) == ("toolu_a", {"city": "Oslo"}, True)
 
 
+async def test_blocks_whose_events_interleave_are_joined_by_their_index() -> None:
+    # covers T4: each event names its block by `index`, so two tool blocks whose fragments
+    # and stops arrive interleaved (the second started before the first ended) are still
+    # two whole calls, each with its own arguments
+    a = tool_block(1, "toolu_a", '{"city": ', '"Oslo"}')
+    b = tool_block(2, "toolu_b", '{"city": ', '"Rome"}')
+    script = anthropic_sse(a[0], a[1], b[0], b[1], a[2], b[2], a[3], b[3], *ending("tool_use"))
+    _, summary, _ = await run("anthropic", script)
+    assert [(c.id, c.arguments, c.truncated) for c in summary.tool_calls] == [
+        ("toolu_a", {"city": "Oslo"}, False), ("toolu_b", {"city": "Rome"}, False)]
+
+
+@pytest.mark.parametrize("dropped_from", ["every event", "the starts", "all but the starts"])
+async def test_blocks_whose_events_lose_their_index_stay_apart(dropped_from: str) -> None:
+    # covers T4, P5: a proxy that drops `index` from every event, or only from the
+    # blocks' starts, or from everything but the starts: the blocks still come one after
+    # another, so each call keeps its own id and arguments, none is taken for cut, and the
+    # signed thinking before them rides back on the first
+    thinking = [{"type": "content_block_start", "index": 0,
+                 "content_block": {"type": "thinking", "thinking": ""}},
+                {"type": "content_block_delta", "index": 0,
+                 "delta": {"type": "thinking_delta", "thinking": "Two cities."}},
+                {"type": "content_block_delta", "index": 0,
+                 "delta": {"type": "signature_delta", "signature": "sig-1"}},
+                {"type": "content_block_stop", "index": 0}]
+    events = [*thinking, *tool_block(1, "toolu_a", '{"city": ', '"Oslo"}'),
+              *tool_block(2, "toolu_b", '{"city": ', '"Rome"}')]
+    drops = {"every event": lambda kind: True,
+             "the starts": lambda kind: kind == "content_block_start",
+             "all but the starts": lambda kind: kind != "content_block_start"}[dropped_from]
+    events = [{k: v for k, v in e.items() if k != "index" or not drops(e["type"])}
+              for e in events]
+    _, summary, _ = await run("anthropic", anthropic_sse(*events, *ending("tool_use")))
+    assert [(c.id, c.arguments, c.truncated) for c in summary.tool_calls] == [
+        ("toolu_a", {"city": "Oslo"}, False), ("toolu_b", {"city": "Rome"}, False)]
+    first, second = summary.tool_calls
+    assert first.reasoning is not None and second.reasoning is None
+    assert first.reasoning.items == (
+        {"type": "thinking", "thinking": "Two cities.", "signature": "sig-1"},)
+    assert "".join(summary.reasoning) == "Two cities."
+
+
 async def test_text_that_is_not_a_string_is_dropped() -> None:
     """covers S8: a text delta whose `text` is not a string (a broken proxy) adds nothing to
     the reply, and the rest of the answer arrives."""
