@@ -97,7 +97,7 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
     started = run.started_at
     deadline = run.deadline if run.deadline is not None else math.inf
     stream: AsyncIterator[ProviderEvent] | None = None
-    crashed = late = False
+    crashed = False
     ended_at = 0.0
     try:
         with turn.locks.watchdog(lock):
@@ -144,8 +144,6 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
                             break
                         await deliver(text)
                         parts.append(text)
-                    elif not abort.fired and clock() > deadline:
-                        continue  # past its deadline before the driver could act: see `late`
                     elif isinstance(event, KeepAlive):
                         if recorder is not None:
                             recorder.on_keepalive(run.no, clock() - started)
@@ -176,29 +174,20 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
             except DeliveryCapReached:
                 run.capped = True  # the channel cut the reply at its message bound (D5)
             if not abort.fired:
-                late = clock() > deadline
-                if not late:
-                    ended_at = on_grid(clock())
-                    await _flush(turn, run)
+                ended_at = on_grid(clock())
+                await _flush(turn, run)
     except asyncio.CancelledError as exc:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise  # the engine cancelled this worker
-        late = not abort.fired and clock() > deadline  # the adapter raised it: not a stop
-        crashed = not late and _crashed(turn, run, exc, clock())
+        crashed = _crashed(turn, run, exc, clock())  # the adapter raised it: not a stop
     except Exception as exc:
-        late = not abort.fired and clock() > deadline
-        crashed = not late and _crashed(turn, run, exc, clock())
+        crashed = _crashed(turn, run, exc, clock())
     finally:
         if stream is not None:
             await _close(stream)
     if crashed:
         return
-    if late:
-        # The stream ended or failed past its deadline before the driver could act on it
-        # (the loop was held): the timeout, already due, comes first, as in replay, and the
-        # stream has settled once the driver has aborted it (S10).
-        await abort.wait()
     if abort.fired:
         await _settled(turn, run)
         return
