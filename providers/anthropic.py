@@ -274,9 +274,9 @@ class MessagesDecoder:
         """The block an event is about. A proxy that drops `index` (from every event, or
         only from some kinds) still sends the blocks in order, one at a time: a start without
         one opens the block after the highest so far, and any other event without one is
-        about the block started last."""
+        about the block started last. An index that is not an integer (`"1"`, `true`) is none."""
         index = payload.get("index")
-        if isinstance(index, int):
+        if isinstance(index, int) and not isinstance(index, bool):
             return index
         return self._last_index + 1 if starts else self._open
 

@@ -304,12 +304,14 @@ async def test_blocks_whose_events_interleave_are_joined_by_their_index() -> Non
         ("toolu_a", {"city": "Oslo"}, False), ("toolu_b", {"city": "Rome"}, False)]
 
 
-@pytest.mark.parametrize("dropped_from", ["every event", "the starts", "all but the starts"])
+@pytest.mark.parametrize("dropped_from", ["every event", "the starts", "all but the starts",
+                                          "every event, sent as true"])
 async def test_blocks_whose_events_lose_their_index_stay_apart(dropped_from: str) -> None:
     # covers T4, P5: a proxy that drops `index` from every event, or only from the
     # blocks' starts, or from everything but the starts: the blocks still come one after
     # another, so each call keeps its own id and arguments, none is taken for cut, and the
-    # signed thinking before them rides back on the first
+    # signed thinking before them rides back on the first; an index that is not an integer
+    # (`true`) is as good as none
     thinking = [{"type": "content_block_start", "index": 0,
                  "content_block": {"type": "thinking", "thinking": ""}},
                 {"type": "content_block_delta", "index": 0,
@@ -321,9 +323,12 @@ async def test_blocks_whose_events_lose_their_index_stay_apart(dropped_from: str
               *tool_block(2, "toolu_b", '{"city": ', '"Rome"}')]
     drops = {"every event": lambda kind: True,
              "the starts": lambda kind: kind == "content_block_start",
-             "all but the starts": lambda kind: kind != "content_block_start"}[dropped_from]
+             "all but the starts": lambda kind: kind != "content_block_start",
+             "every event, sent as true": lambda kind: True}[dropped_from]
     events = [{k: v for k, v in e.items() if k != "index" or not drops(e["type"])}
               for e in events]
+    if dropped_from.endswith("as true"):
+        events = [{**e, "index": True} for e in events]
     _, summary, _ = await run("anthropic", anthropic_sse(*events, *ending("tool_use")))
     assert [(c.id, c.arguments, c.truncated) for c in summary.tool_calls] == [
         ("toolu_a", {"city": "Oslo"}, False), ("toolu_b", {"city": "Rome"}, False)]
