@@ -110,7 +110,7 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
                             continue
                         if type(text) is not str:
                             raise TypeError(f"the provider sent {type(text).__name__} as text")
-                        now = on_grid(clock())  # as the mailbox stamps it: journal and driver agree
+                        now = clock()
                         if abort.fired or now > deadline:
                             # Aborted, or past its deadline before the driver could act
                             # on it: the timeout comes first, as in replay (S10).
@@ -128,7 +128,7 @@ async def stream_worker(turn: PassHost, run: PassRun) -> None:
                             run.got_token = True
                             post(FirstToken(run.no), now)
                         if record_text is not None:
-                            record_text((now - started, text))
+                            record_text((on_grid(now) - started, text))  # as the mailbox stamps it
                         if filtering or "<" in text:
                             text = details.feed(text)
                             filtering = details.pending
