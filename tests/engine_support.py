@@ -7,9 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fsm.engine.channel import TurnChannel
+from fsm.engine.config import TurnConfig
 from fsm.engine.locks import ChannelLockRegistry
 from fsm.engine.prefill import TurnRequest
+from fsm.engine.provider import Provider
+from fsm.engine.recording import InputRecorder
 from fsm.engine.stash import ContextStash
+from fsm.engine.tools import ToolRegistry
 from fsm.engine.turn import Turn, TurnObserver
 from fsm.scenarios.format import parse_scenario
 from fsm.scenarios.scripted import InMemoryChannel, ScriptedProvider, ScriptedTools, history_items
@@ -19,6 +24,19 @@ OWN_SCENARIOS = ROOT / "tests" / "scenarios"
 EXAMPLE_SCENARIOS = OWN_SCENARIOS / "examples"
 
 TAKEN_EDGES: set[tuple[str, str, str]] = set()
+
+
+def live_turn(provider: Provider, channel: TurnChannel | None = None, *,
+              tools: ToolRegistry | None = None, recorder: InputRecorder | None = None,
+              **config: Any) -> Turn:
+    """A turn calling `provider` (a test's own adapter) on `channel` (an in-memory one by
+    default), holding its channel's lock, with `config`'s engine settings."""
+    locks = ChannelLockRegistry()
+    lock = locks.try_acquire("c1", "test")
+    assert lock is not None
+    return Turn(provider=provider, channel=channel if channel is not None else InMemoryChannel(),
+                locks=locks, lock=lock, tools=tools, config=TurnConfig(**config),
+                recorder=recorder)
 
 
 def scripted_turn(raw: dict[str, Any], *, channel_class: type[InMemoryChannel] = InMemoryChannel,

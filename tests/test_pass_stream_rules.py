@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fsm.engine.channel import DeliveryCapReached, TurnChannel
+from fsm.engine.channel import DeliveryCapReached
 from fsm.engine.config import TurnConfig
 from fsm.engine.events import FirstToken, StreamEnded, TurnEvent
 from fsm.engine.locks import ChannelLockRegistry
@@ -33,6 +33,8 @@ from fsm.engine.turn import Turn
 from fsm.journal import JournalRecorder, journal_document
 from fsm.review.replay import replay_on_loop
 from fsm.scenarios.scripted import InMemoryChannel
+
+from engine_support import live_turn
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -67,15 +69,6 @@ class Script:
                 yield event
 
 
-def _turn(provider: Any, channel: TurnChannel | None = None,
-          recorder: JournalRecorder | None = None, **config: Any) -> Turn:
-    locks = ChannelLockRegistry()
-    lock = locks.try_acquire("c1", "test")
-    assert lock is not None
-    return Turn(provider=provider, channel=channel if channel is not None else InMemoryChannel(),
-                locks=locks, lock=lock, config=TurnConfig(**config), recorder=recorder)
-
-
 def _text(*chunks: tuple[float, str]) -> list[tuple[float, ProviderEvent]]:
     return [(at, TextDelta(text)) for at, text in chunks]
 
@@ -86,7 +79,7 @@ async def test_a_first_token_at_the_budgets_last_instant_counts() -> None:
     # arms the idle budget, so the answer completes
     channel = InMemoryChannel()
     provider = Script([*_text((30, "Just in time."), (35, " Done.")), (35, Finish("stop"))])
-    result = await _turn(provider, channel, first_token_timeout_s=30, idle_timeout_s=10).run()
+    result = await live_turn(provider, channel, first_token_timeout_s=30, idle_timeout_s=10).run()
     assert result.status == "completed" and result.notices == []
     assert channel.text == "Just in time. Done."
 
@@ -97,7 +90,7 @@ async def test_text_landing_after_a_timeout_keeps_its_details_block_out() -> Non
     channel = InMemoryChannel()
     provider = Script(_text((1, "Hello ")), then_hang=True, settles_s=1,
                       after_abort=[TextDelta("there<details>for the bot</details>!")])
-    result = await _turn(provider, channel, idle_timeout_s=10).run()
+    result = await live_turn(provider, channel, idle_timeout_s=10).run()
     assert result.status == "timeout"
     assert channel.text == "Hello there!"
     assert "for the bot" not in channel.text
@@ -108,7 +101,7 @@ async def test_a_reply_exactly_at_the_length_bound_is_complete() -> None:
     # characters is delivered whole and completes, with no "reply too long" notice
     channel = InMemoryChannel()
     provider = Script([*_text((1, "abcd"), (2, "efgh")), (2, Finish("stop"))])
-    result = await _turn(provider, channel, max_delivered_chars=8).run()
+    result = await live_turn(provider, channel, max_delivered_chars=8).run()
     assert result.status == "completed" and result.notices == []
     assert channel.text == "abcdefgh"
 
@@ -118,7 +111,7 @@ async def test_a_held_back_tag_start_at_the_bound_is_not_sent() -> None:
     # (`<`, held back until the next chunk says) does not send that character past the bound
     channel = InMemoryChannel()
     provider = Script([*_text((1, "abcd"), (2, "<")), (2, Finish("stop"))])
-    await _turn(provider, channel, max_delivered_chars=4).run()
+    await live_turn(provider, channel, max_delivered_chars=4).run()
     assert channel.text == "abcd"
 
 
@@ -127,7 +120,7 @@ async def test_a_reply_ending_on_a_held_back_tag_start_is_delivered_whole() -> N
     # the stream ends instead, it was prose and is delivered
     channel = InMemoryChannel()
     provider = Script([*_text((1, "HTML tags start with <")), (1, Finish("stop"))])
-    result = await _turn(provider, channel).run()
+    result = await live_turn(provider, channel).run()
     assert result.status == "completed"
     assert channel.text == "HTML tags start with <"
 
@@ -137,7 +130,7 @@ async def test_a_tag_start_cut_off_by_a_timeout_is_not_sent() -> None:
     # the timeout the half tag is not flushed into the channel as prose
     channel = InMemoryChannel()
     provider = Script(_text((1, "Answer. <deta")), then_hang=True)
-    result = await _turn(provider, channel, idle_timeout_s=10).run()
+    result = await live_turn(provider, channel, idle_timeout_s=10).run()
     assert result.status == "timeout"
     assert channel.text == "Answer. "
 
@@ -149,7 +142,7 @@ async def test_nothing_after_a_provider_error_is_delivered() -> None:
     provider = Script([*_text((1, "Partial ")),
                        (2, ProviderError(kind="provider_stream_error", message="overloaded")),
                        (3, TextDelta("after the error"))])
-    result = await _turn(provider, channel).run()
+    result = await live_turn(provider, channel).run()
     assert result.status == "error"
     assert channel.text == "Partial "
 
@@ -180,7 +173,7 @@ async def test_a_channel_at_its_message_bound_ends_the_turn_delivery_cap(on_flus
     # send while streaming or by the pass's last flush
     channel = CappedChannel(on_flush)
     provider = Script([*_text((1, "one "), (2, "two ")), (2, Finish("stop"))])
-    result = await _turn(provider, channel).run()
+    result = await live_turn(provider, channel).run()
     assert result.status == "delivery_cap"
     assert [notice.kind for notice in channel.notices] == ["delivery_cap"]
     assert channel.text.startswith("one ")
@@ -189,7 +182,7 @@ async def test_a_channel_at_its_message_bound_ends_the_turn_delivery_cap(on_flus
 async def _journaled(provider: Script, **config: Any) -> tuple[Turn, TurnResult, JournalRecorder]:
     turn_config = TurnConfig(**config)
     recorder = JournalRecorder("late-settle", turn_config, ToolRegistry())
-    turn = _turn(provider, recorder=recorder, **config)
+    turn = live_turn(provider, recorder=recorder, **config)
     return turn, await turn.run(), recorder
 
 
@@ -259,7 +252,7 @@ async def test_a_stream_the_engine_stops_ends_at_the_settle_timeout(
     # worker left behind and none abandoned for ignoring cancellation
     loop = asyncio.get_running_loop()
     start = loop.time()
-    turn = _turn(DeafAfterAbort(), SlowFlush(), idle_timeout_s=10, settle_timeout_s=5)
+    turn = live_turn(DeafAfterAbort(), SlowFlush(), idle_timeout_s=10, settle_timeout_s=5)
     result = await turn.run()
     assert result.state == "TimedOut"
     assert loop.time() - start == pytest.approx(15.0)
@@ -278,7 +271,7 @@ async def test_a_provider_errors_record_says_what_the_provider_said(
         error: ProviderError, recorded: dict[str, Any]) -> None:
     # covers S8, S13, G4: the pass result (and so the journal) keeps the provider's error as
     # it came: no retry promised where the adapter made none, the wait it asked for kept
-    result = await _turn(Script([(1, error)])).run()
+    result = await live_turn(Script([(1, error)])).run()
     assert result.status == "error"
     assert result.passes[-1].error == recorded
 
@@ -289,5 +282,5 @@ async def test_a_tag_held_back_across_chunks_hides_the_block_that_follows() -> N
     channel = InMemoryChannel()
     provider = Script([*_text((1, "Answer <det"), (2, "ails>hidden"), (3, "</details> done")),
                        (3, Finish("stop"))])
-    result = await _turn(provider, channel).run()
+    result = await live_turn(provider, channel).run()
     assert channel.text == "Answer  done" and result.passes[-1].details == "hidden"

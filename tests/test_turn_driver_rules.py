@@ -14,7 +14,6 @@ import pytest
 
 from fsm.engine.channel import Notice
 from fsm.engine.config import TurnConfig
-from fsm.engine.locks import ChannelLockRegistry
 from fsm.engine.provider import (
     AbortSignal,
     Finish,
@@ -23,13 +22,12 @@ from fsm.engine.provider import (
     TextDelta,
     ToolCallRequest,
 )
-from fsm.engine.recording import InputRecorder
 from fsm.engine.tools import AnyArgs, FunctionTool, ToolContext, ToolRegistry, ToolResult
 from fsm.engine.turn import Turn
 from fsm.journal import JournalRecorder
 from fsm.scenarios.scripted import InMemoryChannel
 
-from engine_support import scripted_turn
+from engine_support import live_turn, scripted_turn
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -83,15 +81,6 @@ def lookup_tool(seconds: float, aborts: list[AbortSignal] | None = None) -> Tool
     return registry
 
 
-def _turn(provider: Passes, tools: ToolRegistry | None = None,
-          recorder: InputRecorder | None = None, **config: Any) -> Turn:
-    locks = ChannelLockRegistry()
-    lock = locks.try_acquire("c1", "test")
-    assert lock is not None
-    return Turn(provider=provider, channel=InMemoryChannel(), locks=locks, lock=lock,
-                tools=tools, config=TurnConfig(**config), recorder=recorder)
-
-
 def _events(turn: Turn) -> list[tuple[str, str, float]]:
     return [(line["event"], line["to"], line["t"]) for line in turn.transitions]
 
@@ -100,7 +89,7 @@ async def test_a_kill_tells_the_stream_it_was_killed() -> None:
     # covers S7, S14: the adapter's abort says `kill`, so it can tell a user's stop from a
     # timeout or a pass that ended on its own
     provider = Passes(hangs)
-    turn = _turn(provider)
+    turn = live_turn(provider)
     task = asyncio.create_task(turn.run())
     await asyncio.sleep(3)
     turn.request_stop()
@@ -114,7 +103,7 @@ async def test_a_stale_lock_release_tells_the_stream_and_the_tool_why() -> None:
     # covers S6, S14, T5: the sweeper's release aborts the stream and a running tool with
     # `stale_lock`, not the user's `kill`, and the turn says why it stopped
     provider = Passes(hangs)
-    turn = _turn(provider)
+    turn = live_turn(provider)
     task = asyncio.create_task(turn.run())
     await asyncio.sleep(3)
     assert turn.lock.turn_kill is not None
@@ -125,7 +114,7 @@ async def test_a_stale_lock_release_tells_the_stream_and_the_tool_why() -> None:
     assert [abort.reason for abort in provider.aborts] == ["stale_lock"]
 
     tool_aborts: list[AbortSignal] = []
-    turn = _turn(Passes(calls_tool), tools=lookup_tool(100, tool_aborts))
+    turn = live_turn(Passes(calls_tool), tools=lookup_tool(100, tool_aborts))
     task = asyncio.create_task(turn.run())
     await asyncio.sleep(3)
     assert turn.state == "ToolCall" and turn.lock.turn_kill is not None
@@ -140,7 +129,7 @@ async def test_a_pass_that_ends_with_a_tool_call_releases_its_stream_at_once() -
     # finished stream, and the kill is the user's
     provider = Passes(calls_tool)
     tool_aborts: list[AbortSignal] = []
-    turn = _turn(provider, tools=lookup_tool(100, tool_aborts))
+    turn = live_turn(provider, tools=lookup_tool(100, tool_aborts))
     task = asyncio.create_task(turn.run())
     await asyncio.sleep(5)
     assert turn.state == "ToolCall"
@@ -160,7 +149,7 @@ async def test_a_stop_asked_for_twice_is_one_stop_the_first_asker_owns() -> None
     config = TurnConfig()
     recorder = JournalRecorder("double-stop", config, ToolRegistry())
     provider = Passes(hangs)
-    turn = _turn(provider, recorder=recorder)
+    turn = live_turn(provider, recorder=recorder)
     task = asyncio.create_task(turn.run())
     await asyncio.sleep(3)
     turn.request_stop()
@@ -178,7 +167,7 @@ async def test_a_follow_up_is_journaled_at_its_time_into_the_turn() -> None:
     await asyncio.sleep(100)
     config = TurnConfig()
     recorder = JournalRecorder("follow-up", config, ToolRegistry())
-    turn = _turn(Passes(calls_tool, answers), tools=lookup_tool(5), recorder=recorder)
+    turn = live_turn(Passes(calls_tool, answers), tools=lookup_tool(5), recorder=recorder)
     task = asyncio.create_task(turn.run())
     await asyncio.sleep(2.5)
     assert turn.state == "ToolCall"
@@ -206,7 +195,7 @@ async def test_a_tool_that_ignores_its_cancellation_holds_the_turn_only_a_grace(
 
     registry = ToolRegistry()
     registry.register(FunctionTool[AnyArgs]("lookup", "looks it up", AnyArgs, stubborn))
-    turn = _turn(Passes(calls_tool), tools=registry, settle_timeout_s=settle_timeout_s)
+    turn = live_turn(Passes(calls_tool), tools=registry, settle_timeout_s=settle_timeout_s)
     loop = asyncio.get_running_loop()
     task = asyncio.create_task(turn.run())
     await asyncio.sleep(3)
@@ -224,7 +213,7 @@ async def test_a_tool_result_landing_at_its_budgets_last_instant_counts(
     # covers T5: the tool budget includes its last instant: a tool that answers exactly
     # when its 20 s run out has answered — whether or not anything else happened meanwhile
     # (a follow-up makes the driver wait again) — and the model sees its result
-    turn = _turn(Passes(calls_tool, answers), tools=lookup_tool(20), tool_timeout_s=20)
+    turn = live_turn(Passes(calls_tool, answers), tools=lookup_tool(20), tool_timeout_s=20)
     task = asyncio.create_task(turn.run())
     if follow_up_at is not None:
         await asyncio.sleep(follow_up_at)
@@ -254,12 +243,8 @@ async def test_a_reply_cut_at_its_bound_releases_the_stream_before_the_notice_is
             yield TextDelta("x" * 10)
 
     provider = Passes(endless)
-    locks = ChannelLockRegistry()
-    lock = locks.try_acquire("c1", "test")
-    assert lock is not None
     channel = SlowNotices()
-    turn = Turn(provider=provider, channel=channel, locks=locks, lock=lock,
-                config=TurnConfig(max_delivered_chars=15))
+    turn = live_turn(provider, channel, max_delivered_chars=15)
     result = await turn.run()
     assert result.status == "delivery_cap" and channel.text == "x" * 15
     assert _events(turn)[-1] == ("delivery_cap", "Done", 2.0)
@@ -287,7 +272,7 @@ async def test_a_tool_answering_after_its_budget_on_a_busy_loop_has_timed_out() 
 
     registry = ToolRegistry()
     registry.register(FunctionTool[AnyArgs]("lookup", "looks it up", AnyArgs, hogs))
-    turn = _turn(Passes(calls_tool, answers), tools=registry, tool_timeout_s=20)
+    turn = live_turn(Passes(calls_tool, answers), tools=registry, tool_timeout_s=20)
     result = await turn.run()
     assert result.status == "completed"
     assert ("tool_timeout", "Preparing", 21.0) in _events(turn)
@@ -323,7 +308,7 @@ async def test_a_stream_outliving_its_idle_budget_on_a_held_loop(
             yield TextDelta(" there")
         yield Finish("stop")
 
-    turn = _turn(Passes(outlives, answers), tools=lookup_tool(1), idle_timeout_s=10)
+    turn = live_turn(Passes(outlives, answers), tools=lookup_tool(1), idle_timeout_s=10)
     await turn.run()
     assert (*ending, 16.0) in _events(turn)
     timed_out = ("idle_timeout", "Settling", 11.0) in _events(turn)
@@ -351,7 +336,7 @@ async def test_a_stream_ending_at_its_idle_budgets_last_instant_is_on_time(
             yield ToolCallRequest("lookup", {})
         yield Finish("stop")
 
-    turn = _turn(Passes(at_the_deadline, answers), tools=lookup_tool(1), idle_timeout_s=10)
+    turn = live_turn(Passes(at_the_deadline, answers), tools=lookup_tool(1), idle_timeout_s=10)
     result = await turn.run()
     assert (*ending, 11.0) in _events(turn)
     assert "idle_timeout" not in [event for event, _, _ in _events(turn)]
